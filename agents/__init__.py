@@ -1,0 +1,1 @@
+"""Agent graphs and the command line that runs them (`python -m agents.run`)."""

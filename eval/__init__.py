@@ -1,0 +1,1 @@
+"""Benchmark tasks (loading) and scoring (pytrec_eval), shared by every agent."""

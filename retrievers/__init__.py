@@ -1,0 +1,1 @@
+"""Retrievers over a task corpus: BM25 variants (and, later, dense and hybrid)."""
