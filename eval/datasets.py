@@ -1,0 +1,456 @@
+"""Load retrieval benchmarks into plain dicts: R2MED (local or from the Hugging Face hub) and BEIR.
+
+Two on-disk layouts are understood:
+
+* R2MED: ``corpus.jsonl`` {"id", "text"}, ``query.jsonl`` {"id", "text", ...} and
+  ``qrels.jsonl`` {"q_id", "p_id", "score"}, or a TREC ``qrels.txt`` (``qid 0 docid grade``).
+* BEIR: ``corpus.jsonl`` {"_id", "title", "text"}, ``queries.jsonl`` {"_id", "text"} and
+  ``qrels/test.tsv`` (tab separated, with a ``query-id corpus-id score`` header).
+
+Decisions worth knowing:
+
+* Ids are always strings. Integer ids in JSON are converted with ``str()`` so that ``7`` in
+  corpus.jsonl and ``"7"`` in a TSV qrels file name the same document. Other id types (floats,
+  booleans, null) and empty ids are errors.
+* Duplicate doc or query ids keep the last occurrence, as R2MED's own loader does.
+* Qrels naming unknown docs are kept: those docs still count as relevant, so they cap recall
+  exactly as they do in the original benchmark. Qrels naming unknown queries are dropped, since
+  such a query has no text to run.
+* Problems that leave a usable task (duplicates, empty texts, dangling qrels, queries without
+  qrels) become ``Task.notes`` and log warnings; anything that makes the data unusable or
+  ambiguous raises ``DataError`` with a one-line message naming the file, line and field.
+"""
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+R2MED_TASKS: tuple[str, ...] = (
+    "Biology",
+    "Bioinformatics",
+    "Medical-Sciences",
+    "MedXpertQA-Exam",
+    "MedQA-Diag",
+    "PMC-Treatment",
+    "PMC-Clinical",
+    "IIYi-Clinical",
+)
+
+# Pinned to the commits mteb evaluates, so scores stay comparable if the hub repos change.
+R2MED_REVISIONS: dict[str, str] = {
+    "Biology": "8b9fec2db9eda4b5742d03732213fbaee8169556",
+    "Bioinformatics": "6021fce366892cbfd7837fa85a4128ea93315e18",
+    "Medical-Sciences": "1b48911514c80bf9182222d99752ad75e23b4b47",
+    "MedXpertQA-Exam": "b457ea43db9ae5db74c3a3e5be0a213d0f85ac3a",
+    "MedQA-Diag": "78b585990279cc01a493f876c1b0cf09557fba57",
+    "PMC-Treatment": "53c489a44a3664ba352c07550b72b4525a5968d5",
+    "PMC-Clinical": "812829522f7eaa407ef82b96717be85788a50f7e",
+    "IIYi-Clinical": "974abbc9bc281c3169180a6aa5d7586cfd2f5877",
+}
+
+R2MED_FILES: tuple[str, ...] = ("corpus.jsonl", "query.jsonl", "qrels.jsonl")
+
+_EXPECTED_LAYOUTS = (
+    "expected R2MED files (corpus.jsonl, query.jsonl, qrels.jsonl or qrels.txt) "
+    "or BEIR files (corpus.jsonl, queries.jsonl, qrels/test.tsv)"
+)
+_EXAMPLES = 3  # how many offending ids a note quotes
+
+
+class DataError(ValueError):
+    """Input data is missing or malformed; the message is one line naming file, line and field."""
+
+
+@dataclass
+class Task:
+    name: str
+    corpus: dict[str, str]  # doc id -> retrieval text
+    queries: dict[str, str]  # query id -> text
+    qrels: dict[str, dict[str, int]]  # query id -> doc id -> relevance grade
+    path: Path
+    notes: list[str] = field(default_factory=list)
+
+
+# --- low-level readers -------------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    # JSON-flavoured names read better in messages about JSON files than Python's NoneType/dict.
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, str):
+        return "string"
+    return type(value).__name__
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text) for each non-blank line.
+
+    Bytes are decoded line by line so that bad UTF-8 is reported with its line number.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror or err})") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # tolerate a UTF-8 byte-order mark
+        data = data[3:]
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            yield number, raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(
+                f"{path} line {number}: not valid UTF-8 (bad byte at column {err.start + 1})"
+            ) from None
+
+
+def _jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield (location for messages, object) for each JSON line."""
+    for number, line in _lines(path):
+        where = f"{path} line {number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{where}: malformed JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"{where}: expected a JSON object, got {_type_name(obj)}")
+        yield where, obj
+
+
+def _get(obj: dict[str, Any], key: str, where: str) -> Any:
+    try:
+        return obj[key]
+    except KeyError:
+        present = ", ".join(repr(k) for k in list(obj)[:6]) or "none"
+        raise DataError(f"{where}: missing field {key!r} (fields present: {present})") from None
+
+
+def _as_id(value: Any, key: str, where: str) -> str:
+    if isinstance(value, str):
+        if value:
+            return value
+        raise DataError(f"{where}: field {key!r}: expected a non-empty id, got an empty string")
+    # bool is an int subclass, but true/false as an id is surely a mistake.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise DataError(
+        f"{where}: field {key!r}: expected a string or integer id, got {_type_name(value)}"
+    )
+
+
+def _as_text(value: Any, key: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    raise DataError(f"{where}: field {key!r}: expected a string, got {_type_name(value)}")
+
+
+def _as_grade(value: Any, key: str, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        raise DataError(f"{where}: field {key!r}: expected an integer grade, got {value!r}")
+    raise DataError(f"{where}: field {key!r}: expected an integer grade, got {_type_name(value)}")
+
+
+def _examples(ids: list[str] | set[str]) -> str:
+    shown = sorted(ids)[:_EXAMPLES]
+    more = ", ..." if len(ids) > _EXAMPLES else ""
+    return "e.g. " + ", ".join(repr(i) for i in shown) + more
+
+
+def _duplicate_note(path: Path, kind: str, dupes: set[str]) -> str:
+    return (
+        f"{path.name}: {len(dupes)} duplicate {kind} ids ({_examples(dupes)}); "
+        "kept the last occurrence of each, as R2MED does"
+    )
+
+
+# --- file readers ------------------------------------------------------------------------------
+
+
+def _read_texts(
+    path: Path, id_key: str, kind: str, title_key: str | None = None
+) -> tuple[dict[str, str], list[str]]:
+    """Read an id -> text JSONL file (a corpus or a query file)."""
+    texts: dict[str, str] = {}
+    dupes: set[str] = set()
+    for where, obj in _jsonl(path):
+        item_id = _as_id(_get(obj, id_key, where), id_key, where)
+        text = _as_text(_get(obj, "text", where), "text", where)
+        if title_key is not None:
+            # BEIR convention: the title is prepended; documents without one are just their text.
+            title = obj.get(title_key)
+            if title is not None:
+                title = _as_text(title, title_key, where)
+            text = f"{title} {text}".strip() if title else text.strip()
+        if item_id in texts:
+            dupes.add(item_id)
+        texts[item_id] = text
+    notes = [_duplicate_note(path, kind, dupes)] if dupes else []
+    return texts, notes
+
+
+class _QrelsBuilder:
+    """Collects (query, doc, grade) triples, keeping the last grade for a repeated pair."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.qrels: dict[str, dict[str, int]] = {}
+        self.repeated = 0
+
+    def add(self, query_id: str, doc_id: str, grade: int) -> None:
+        docs = self.qrels.setdefault(query_id, {})
+        if doc_id in docs:
+            self.repeated += 1
+        docs[doc_id] = grade
+
+    def result(self) -> tuple[dict[str, dict[str, int]], list[str]]:
+        notes = []
+        if self.repeated:
+            notes.append(
+                f"{self.path.name}: {self.repeated} repeated (query, doc) pairs; "
+                "kept the last grade of each"
+            )
+        return self.qrels, notes
+
+
+def _read_qrels_jsonl(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
+    builder = _QrelsBuilder(path)
+    for where, obj in _jsonl(path):
+        builder.add(
+            _as_id(_get(obj, "q_id", where), "q_id", where),
+            _as_id(_get(obj, "p_id", where), "p_id", where),
+            _as_grade(_get(obj, "score", where), "score", where),
+        )
+    return builder.result()
+
+
+def _read_qrels_trec(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """TREC qrels: ``qid iteration docid grade``, any whitespace between columns."""
+    builder = _QrelsBuilder(path)
+    for number, line in _lines(path):
+        where = f"{path} line {number}"
+        cols = line.split()
+        if len(cols) != 4:
+            raise DataError(f"{where}: expected 4 columns 'qid 0 docid grade', got {len(cols)}")
+        builder.add(cols[0], cols[2], _as_grade(cols[3], "grade", where))
+    return builder.result()
+
+
+def _read_qrels_tsv(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """BEIR qrels: ``query-id<TAB>corpus-id<TAB>score`` after a header line."""
+    builder = _QrelsBuilder(path)
+    first = True
+    for number, line in _lines(path):
+        where = f"{path} line {number}"
+        cols = [c.strip() for c in line.split("\t")]
+        if len(cols) != 3:
+            raise DataError(
+                f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', "
+                f"got {len(cols)}"
+            )
+        # The header is recognised by its non-numeric score column, and only on the first line,
+        # so a stray text grade further down is still an error.
+        if first:
+            first = False
+            if not cols[2].lstrip("+-").isdigit():
+                continue
+        if not cols[0] or not cols[1]:
+            key = "query-id" if not cols[0] else "corpus-id"
+            raise DataError(f"{where}: field {key!r}: expected a non-empty id")
+        builder.add(cols[0], cols[1], _as_grade(cols[2], "score", where))
+    return builder.result()
+
+
+# --- layouts -----------------------------------------------------------------------------------
+
+
+def _find_layout(path: Path) -> tuple[str, Path, Path, Path]:
+    """Return (layout, corpus file, queries file, qrels file), or raise naming what is missing."""
+    corpus = path / "corpus.jsonl"
+    if (path / "query.jsonl").is_file():
+        qrels = next((p for p in (path / "qrels.jsonl", path / "qrels.txt") if p.is_file()), None)
+        missing = [] if corpus.is_file() else ["corpus.jsonl"]
+        if qrels is None:
+            missing.append("qrels.jsonl (or qrels.txt)")
+        if missing:
+            raise DataError(
+                f"{path}: R2MED layout (query.jsonl found) but missing {', '.join(missing)}"
+            )
+        return "r2med", corpus, path / "query.jsonl", qrels
+    if (path / "queries.jsonl").is_file():
+        qrels = path / "qrels" / "test.tsv"
+        missing = [] if corpus.is_file() else ["corpus.jsonl"]
+        if not qrels.is_file():
+            others = sorted(p.name for p in (path / "qrels").glob("*.tsv"))
+            found = (
+                f" (qrels/ has: {', '.join(others)}; only the test split is used)" if others else ""
+            )
+            missing.append("qrels/test.tsv" + found)
+        if missing:
+            raise DataError(
+                f"{path}: BEIR layout (queries.jsonl found) but missing {', '.join(missing)}"
+            )
+        return "beir", corpus, path / "queries.jsonl", qrels
+    raise DataError(f"{path}: no dataset files found; {_EXPECTED_LAYOUTS}")
+
+
+def _cross_check(task: Task, qrels_name: str) -> None:
+    """Reject unusable tasks; turn survivable inconsistencies into notes."""
+    if not task.corpus:
+        raise DataError(f"{task.path}: corpus.jsonl holds no documents")
+    if not task.queries:
+        raise DataError(f"{task.path}: the query file holds no queries")
+    if not task.qrels:
+        raise DataError(f"{task.path}: {qrels_name} holds no relevance judgements")
+
+    empty_docs = sum(1 for text in task.corpus.values() if not text.strip())
+    if empty_docs:
+        task.notes.append(f"corpus.jsonl: {empty_docs} documents have empty text")
+    empty_queries = [qid for qid, text in task.queries.items() if not text.strip()]
+    if empty_queries:
+        task.notes.append(
+            f"{len(empty_queries)} queries have empty text ({_examples(empty_queries)})"
+        )
+
+    unknown_queries = [qid for qid in task.qrels if qid not in task.queries]
+    if unknown_queries:
+        pairs = sum(len(task.qrels[qid]) for qid in unknown_queries)
+        for qid in unknown_queries:
+            del task.qrels[qid]
+        task.notes.append(
+            f"{qrels_name}: {pairs} judgements name {len(unknown_queries)} queries missing from "
+            f"the query file ({_examples(unknown_queries)}); dropped, as they have no text to run"
+        )
+
+    unknown_docs = {doc for docs in task.qrels.values() for doc in docs if doc not in task.corpus}
+    if unknown_docs:
+        pairs = sum(1 for docs in task.qrels.values() for doc in docs if doc in unknown_docs)
+        task.notes.append(
+            f"{qrels_name}: {pairs} judgements name {len(unknown_docs)} docs missing from "
+            f"corpus.jsonl ({_examples(unknown_docs)}); kept, so they still count against recall"
+        )
+
+    unjudged = [qid for qid in task.queries if qid not in task.qrels]
+    if unjudged:
+        task.notes.append(
+            f"{len(unjudged)} of {len(task.queries)} queries have no qrels "
+            f"({_examples(unjudged)}); they are kept but cannot be scored"
+        )
+
+
+def load_folder(path: Path | str, name: str | None = None) -> Task:
+    """Load a task from a folder in R2MED or BEIR layout (detected from the file names)."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{path}: not a folder; {_EXPECTED_LAYOUTS}")
+    layout, corpus_file, queries_file, qrels_file = _find_layout(path)
+
+    if layout == "r2med":
+        corpus, notes = _read_texts(corpus_file, "id", "doc")
+        queries, query_notes = _read_texts(queries_file, "id", "query")
+        if qrels_file.suffix == ".jsonl":
+            qrels, qrels_notes = _read_qrels_jsonl(qrels_file)
+        else:
+            qrels, qrels_notes = _read_qrels_trec(qrels_file)
+    else:
+        corpus, notes = _read_texts(corpus_file, "_id", "doc", title_key="title")
+        queries, query_notes = _read_texts(queries_file, "_id", "query")
+        qrels, qrels_notes = _read_qrels_tsv(qrels_file)
+
+    task = Task(
+        name=name or path.resolve().name,
+        corpus=corpus,
+        queries=queries,
+        qrels=qrels,
+        path=path,
+        notes=notes + query_notes + qrels_notes,
+    )
+    _cross_check(task, qrels_file.relative_to(path).as_posix())
+    for note in task.notes:
+        log.warning("%s: %s", task.name, note)
+    return task
+
+
+# --- R2MED from the hub ------------------------------------------------------------------------
+
+
+def _r2med_name(spec: str) -> str | None:
+    """Canonical R2MED task name for a case-insensitive spec (``R2MED/`` prefix allowed)."""
+    key = spec.strip().lower().removeprefix("r2med/")
+    return next((t for t in R2MED_TASKS if t.lower() == key), None)
+
+
+def _unknown_task(spec: str) -> DataError:
+    return DataError(
+        f"{spec!r} is neither a folder nor an R2MED task; valid names: "
+        f"{', '.join(R2MED_TASKS)} (or 'r2med' for all)"
+    )
+
+
+def fetch_r2med(task: str, cache_dir: Path) -> Path:
+    """Download (or find in the cache) one R2MED task at its pinned revision; return its folder."""
+    canonical = _r2med_name(task)
+    if canonical is None:
+        raise _unknown_task(task)
+    # Imported here so that loading local folders never pays for huggingface_hub's import.
+    from huggingface_hub import hf_hub_download
+
+    repo_id = f"R2MED/{canonical}"
+    folder: Path | None = None
+    for filename in R2MED_FILES:
+        try:
+            local = hf_hub_download(
+                repo_id,
+                filename,
+                repo_type="dataset",
+                revision=R2MED_REVISIONS[canonical],
+                cache_dir=Path(cache_dir) / "hf",
+            )
+        except Exception as err:  # offline, hub down, auth, missing file: all end the same way
+            raise DataError(
+                f"cannot download {repo_id} {filename} ({type(err).__name__}; offline?): "
+                f"put {', '.join(R2MED_FILES)} in a folder and pass --dataset <folder>"
+            ) from err
+        folder = Path(local).parent
+    assert folder is not None
+    return folder
+
+
+def load_task(spec: str, cache_dir: Path) -> Task:
+    """Load a task from a folder path or, failing that, an R2MED task name (case-insensitive)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return load_folder(path)
+    canonical = _r2med_name(spec)
+    if canonical is None:
+        if path.exists():
+            raise DataError(f"{path}: not a folder; {_EXPECTED_LAYOUTS}")
+        raise _unknown_task(spec)
+    return load_folder(fetch_r2med(canonical, cache_dir), name=canonical)
+
+
+def load_tasks(spec: str, cache_dir: Path) -> list[Task]:
+    """Like load_task, plus ``r2med`` for all eight tasks and comma-separated lists."""
+    if spec.strip().lower() == "r2med":
+        return [load_task(name, cache_dir) for name in R2MED_TASKS]
+    if "," in spec and not Path(spec).expanduser().is_dir():
+        return [
+            task
+            for part in spec.split(",")
+            if part.strip()
+            for task in load_tasks(part.strip(), cache_dir)
+        ]
+    return [load_task(spec, cache_dir)]
