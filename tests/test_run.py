@@ -1,0 +1,125 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.run import main
+
+DOCS = {
+    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
+    "d2": "Metformin lowers hepatic glucose production in diabetes.",
+    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
+    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
+    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
+}
+QUERIES = {
+    "q1": "Which drug lowers glucose production by the liver in diabetes?",
+    "q2": "How does aspirin act on platelets?",
+    "q3": "What lowers cholesterol?",
+}
+QRELS = [("q1", "d2", 1), ("q2", "d3", 2), ("q3", "d4", 1)]
+
+
+def write_r2med(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    with open(folder / "corpus.jsonl", "w") as f:
+        for i, t in DOCS.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "query.jsonl", "w") as f:
+        for i, t in QUERIES.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "qrels.jsonl", "w") as f:
+        for q, d, s in QRELS:
+            f.write(json.dumps({"q_id": q, "p_id": d, "score": s}) + "\n")
+    return folder
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict:
+    data = write_r2med(tmp_path / "toy")
+    return {"data": data, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
+
+
+def run(env: dict, *extra: str) -> int:
+    return main(
+        [
+            "--agent",
+            "none",
+            "--dataset",
+            str(env["data"]),
+            "--runs-dir",
+            str(env["runs"]),
+            "--cache-dir",
+            str(env["cache"]),
+            "--run-name",
+            "r",
+            "--quiet",
+            *extra,
+        ]
+    )
+
+
+def test_none_agent_writes_a_scored_run_folder(env, capsys):
+    assert run(env) == 0
+    folder = env["runs"] / "r"
+    summary = json.loads((folder / "toy" / "metrics.json").read_text())
+    # every query's relevant doc is the only one sharing its distinctive terms: rank 1 each
+    assert summary["metrics"]["NDCG@10"] == pytest.approx(1.0)
+    r2med = json.loads((folder / "toy" / "results.json").read_text())
+    assert r2med["test"]["ndcg_at_10"] == pytest.approx(1.0)
+    lines = (folder / "toy" / "run.trec").read_text().splitlines()
+    assert lines[0].split()[:4] == ["q1", "Q0", "d2", "1"]
+    assert len((folder / "toy" / "per_query.jsonl").read_text().splitlines()) == 3
+    assert "| r |" in (folder / "leaderboard.md").read_text()
+    assert json.loads((folder / "config.json").read_text())["agent"] == "none"
+    assert "NDCG@10 = 1.00000" in capsys.readouterr().out
+
+
+def test_rerun_skips_finished_tasks(env, monkeypatch):
+    assert run(env) == 0
+    import agents.run as runner
+
+    def boom(*a, **k):
+        raise AssertionError("a finished task was retrieved again")
+
+    monkeypatch.setattr(runner, "retrieve_task", boom)
+    assert run(env) == 0
+
+
+def test_run_folder_of_another_config_is_refused(env):
+    assert run(env) == 0
+    with pytest.raises(SystemExit, match="differs in: bm25_method"):
+        run(env, "--bm25-method", "lucene")
+    assert run(env, "--bm25-method", "lucene", "--overwrite") == 0
+    config = json.loads((env["runs"] / "r" / "config.json").read_text())
+    assert config["bm25_method"] == "lucene"
+
+
+def test_bad_dataset_is_one_line_error(env, capsys):
+    bad = env["data"] / "corpus.jsonl"
+    bad.write_text(bad.read_text() + "{not json\n")
+    assert run(env) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "corpus.jsonl" in err[0] and "line 6" in err[0]
+
+
+def test_every_bm25_method_runs(env):
+    for method in ("bm25q", "lucene", "okapi"):
+        assert (
+            main(
+                [
+                    "--dataset",
+                    str(env["data"]),
+                    "--runs-dir",
+                    str(env["runs"]),
+                    "--cache-dir",
+                    str(env["cache"]),
+                    "--bm25-method",
+                    method,
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+    names = sorted(p.name for p in env["runs"].iterdir())
+    assert names == ["none-bm25q-toy", "none-lucene-toy", "none-okapi-toy"]
