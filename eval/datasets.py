@@ -274,6 +274,16 @@ def _read_qrels_tsv(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
     return builder.result()
 
 
+def read_qrels(path: Path | str) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Qrels from R2MED ``.jsonl``, BEIR ``.tsv`` or TREC (any other name), with their notes."""
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        return _read_qrels_jsonl(path)
+    if path.suffix == ".tsv":
+        return _read_qrels_tsv(path)
+    return _read_qrels_trec(path)
+
+
 # --- layouts -----------------------------------------------------------------------------------
 
 
@@ -361,14 +371,10 @@ def load_folder(path: Path | str, name: str | None = None) -> Task:
     if layout == "r2med":
         corpus, notes = _read_texts(corpus_file, "id", "doc")
         queries, query_notes = _read_texts(queries_file, "id", "query")
-        if qrels_file.suffix == ".jsonl":
-            qrels, qrels_notes = _read_qrels_jsonl(qrels_file)
-        else:
-            qrels, qrels_notes = _read_qrels_trec(qrels_file)
     else:
         corpus, notes = _read_texts(corpus_file, "_id", "doc", title_key="title")
         queries, query_notes = _read_texts(queries_file, "_id", "query")
-        qrels, qrels_notes = _read_qrels_tsv(qrels_file)
+    qrels, qrels_notes = read_qrels(qrels_file)
 
     task = Task(
         name=name or path.resolve().name,

@@ -12,65 +12,16 @@ means were taken (which queries were missing).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from eval.evaluate import MISSING_POLICIES, Qrels, evaluate
-from eval.trec import TrecFormatError, read_qrels, read_run
+from eval.datasets import DataError, read_qrels
+from eval.evaluate import MISSING_POLICIES, evaluate
+from eval.trec import TrecFormatError, read_run
 
 DEFAULT_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
 _METRIC = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
-
-
-def load_qrels(path: str | Path) -> Qrels:
-    """Qrels from a TREC, R2MED jsonl or BEIR tsv file, chosen by extension.
-
-    A small local reader until the dataset loaders (eval/datasets.py) own this.
-    """
-    path = Path(path)
-    if path.suffix == ".jsonl":
-        return _qrels_jsonl(path)
-    if path.suffix == ".tsv":
-        return _qrels_tsv(path)
-    return read_qrels(path)
-
-
-def _qrels_jsonl(path: Path) -> Qrels:
-    qrels: Qrels = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            # R2MED writes q_id/p_id; BEIR-style jsonl qrels use query-id/corpus-id.
-            qid = row.get("q_id", row.get("query-id"))
-            doc_id = row.get("p_id", row.get("corpus-id"))
-            if qid is None or doc_id is None or "score" not in row:
-                raise ValueError(f"{path} line {line_no}: need q_id, p_id and score fields")
-            qrels.setdefault(str(qid), {})[str(doc_id)] = int(row["score"])
-    return qrels
-
-
-def _qrels_tsv(path: Path) -> Qrels:
-    qrels: Qrels = {}
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            fields = line.rstrip("\n").split("\t")
-            if not line.strip() or (line_no == 1 and fields[0] == "query-id"):
-                continue
-            if len(fields) != 3:
-                raise ValueError(f"{path} line {line_no}: expected 3 tab-separated columns")
-            qid, doc_id, grade = fields
-            try:
-                qrels.setdefault(qid, {})[doc_id] = int(grade)
-            except ValueError:
-                raise ValueError(
-                    f"{path} line {line_no}: field 'score': not an integer: {grade!r}"
-                ) from None
-    return qrels
 
 
 def parse_metrics(text: str) -> list[str]:
@@ -110,14 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     k_values = sorted({int(m.split("@")[1]) for m in metrics if "@" in m} or {10})
 
     try:
-        qrels = load_qrels(args.qrels)
+        qrels, notes = read_qrels(args.qrels)
         runs = {path: read_run(path) for path in args.runs}
-    except (OSError, TrecFormatError, ValueError) as e:
+    except (OSError, DataError, TrecFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
     rows = []
-    notes = []
     for path, run in runs.items():
         result = evaluate(qrels, run, k_values=k_values, missing=args.missing)
         rows.append([path, *(f"{result.mean[m]:.5f}" for m in metrics)])

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from eval.evaluate import Qrels, Run, strictly_decreasing
+from eval.evaluate import Run, strictly_decreasing
 
 PathLike = str | os.PathLike[str]
 
@@ -79,19 +79,6 @@ def read_run(path: PathLike) -> Run:
             )
         docs[doc_id] = score
     return run
-
-
-def read_qrels(path: PathLike) -> Qrels:
-    """Read TREC qrels (``qid 0 docid grade``) into ``{qid: {docid: grade}}``."""
-    qrels: Qrels = {}
-    for line_no, fields in _lines(path, _QRELS_FIELDS):
-        qid, _, doc_id, grade = fields
-        try:
-            value = int(grade)
-        except ValueError:
-            raise TrecFormatError(path, line_no, "grade", f"not an integer: {grade!r}") from None
-        qrels.setdefault(qid, {})[doc_id] = value
-    return qrels
 
 
 def _lines(path: PathLike, names: tuple[str, ...]):

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 import pytrec_eval
 
+from eval.datasets import DataError, read_qrels
 from eval.evaluate import evaluate, metric_names, strictly_decreasing
 from eval.report import leaderboard_markdown, order_tasks, results_json, write_per_query
-from eval.score import load_qrels, main
-from eval.trec import TrecFormatError, read_qrels, read_run, write_run
+from eval.score import main
+from eval.trec import TrecFormatError, read_run, write_run
 
 # Two queries: graded q1 with the relevant docs at ranks 2 and 3, q2 perfect at rank 1.
 TOY_QRELS = {"q1": {"d1": 2, "d2": 1, "d9": 0}, "q2": {"d5": 1}}
@@ -245,9 +246,9 @@ def test_bad_run_line_message(tmp_path, monkeypatch):
 def test_read_qrels(tmp_path):
     path = tmp_path / "qrels.txt"
     path.write_text("q1 0 d1 2\nq1 0 d2 0\nq2 0 d3 1\n")
-    assert read_qrels(path) == {"q1": {"d1": 2, "d2": 0}, "q2": {"d3": 1}}
+    assert read_qrels(path)[0] == {"q1": {"d1": 2, "d2": 0}, "q2": {"d3": 1}}
     path.write_text("q1 0 d1 x\n")
-    with pytest.raises(TrecFormatError, match="line 1: field 'grade'"):
+    with pytest.raises(DataError, match="line 1: field 'grade'"):
         read_qrels(path)
 
 
@@ -312,7 +313,7 @@ def test_score_cli(tmp_path, capsys):
     )
     tsv = tmp_path / "test.tsv"
     tsv.write_text("query-id\tcorpus-id\tscore\nq1\td1\t2\nq1\td2\t1\nq2\td5\t1\nq3\td7\t1\n")
-    assert load_qrels(qrels_jsonl) == load_qrels(tsv)
+    assert read_qrels(qrels_jsonl)[0] == read_qrels(tsv)[0]
     run_path = tmp_path / "run.trec"
     write_run(TOY_RUN, run_path)
 
