@@ -53,6 +53,28 @@ R2MED_REVISIONS: dict[str, str] = {
     "IIYi-Clinical": "974abbc9bc281c3169180a6aa5d7586cfd2f5877",
 }
 
+# The query style of each task, which picks the agents' prompts and the retrievers'
+# instructions: a StackExchange-like post, a board-exam question, a clinical case, or a case
+# whose answer is a similar case.
+R2MED_KINDS: dict[str, str] = {
+    "Biology": "post",
+    "Bioinformatics": "post",
+    "Medical-Sciences": "post",
+    "MedXpertQA-Exam": "exam",
+    "MedQA-Diag": "exam",
+    "PMC-Treatment": "case",
+    "PMC-Clinical": "similar-case",
+    "IIYi-Clinical": "similar-case",
+}
+TASK_KINDS: tuple[str, ...] = ("post", "exam", "case", "similar-case")
+
+
+def task_kind(name: str) -> str:
+    """The query style of a task by name; tasks outside R2MED (e.g. SciFact) count as posts."""
+    canonical = _r2med_name(name)
+    return R2MED_KINDS[canonical] if canonical else "post"
+
+
 R2MED_FILES: tuple[str, ...] = ("corpus.jsonl", "query.jsonl", "qrels.jsonl")
 
 _EXPECTED_LAYOUTS = (
