@@ -1,1 +1,185 @@
-"""Prompt files used by the agents; each prompt lives in a file under this folder."""
+"""Prompt files used by the agents; each prompt lives in a file under this folder.
+
+A prompt is ``prompts/<name>/<variant>.txt``, where the variant is an R2MED task name, a query
+kind (post, exam, case, similar-case) or ``default``. Lookup goes task -> kind -> default, so a
+file exists only where the wording really differs. R2MED words its post prompts per domain
+("Biology post", "Medical Science post", ...), so those exist per task and need ``task=``.
+
+The files hold the exact bytes sent to the model: no header, no added final newline, and the
+trailing space after "Passage:" is R2MED's. ``Prompt.sha256`` is therefore the ``sha256sum`` of
+the file. Where each text comes from is recorded in ``prompts/SOURCES.md``.
+
+Placeholders are ``str.format`` fields: ``{query}`` everywhere, ``{docs}`` for LameR (see
+`format_docs`) and ``{examples}`` for query2doc (its few-shot examples, which R2MED's public code
+does not include).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from eval.datasets import R2MED_TASKS, TASK_KINDS, task_kind
+
+PROMPTS_DIR = Path(__file__).resolve().parent
+DEFAULT = "default"
+LAMER_TOP_K = 10  # R2MED's LameR shows the BM25 top-10
+
+
+class PromptError(ValueError):
+    """A prompt cannot be found, read or rendered; the message names the prompt."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str  # e.g. "hyde/exam"
+    text: str
+    sha256: str  # of the exact text, recorded in every run
+    path: Path
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """The ``str.format`` fields the text needs, in order of first use."""
+        fields = (f for _, f, _, _ in string.Formatter().parse(self.text) if f is not None)
+        return tuple(dict.fromkeys(fields))
+
+    def render(self, **values: object) -> str:
+        """Fill the placeholders; values the text does not use are ignored."""
+        missing = [p for p in self.placeholders if _field_root(p) not in values]
+        if missing:
+            raise PromptError(
+                f"prompt {self.name} needs a value for placeholder(s) "
+                f"{', '.join('{' + p + '}' for p in missing)} ({self.path})"
+            )
+        try:
+            return self.text.format(**values)
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            raise PromptError(f"cannot render prompt {self.name} ({self.path}): {exc}") from exc
+
+
+def load_prompt(
+    name: str,
+    kind: str = DEFAULT,
+    overrides: Mapping[str, Path] | None = None,
+    *,
+    task: str | None = None,
+) -> Prompt:
+    """The prompt ``name`` for a task and/or query kind.
+
+    Lookup order: overrides for "name/task", "name/kind", "name"; then the files
+    ``name/<task>.txt``, ``name/<kind>.txt``, ``name/default.txt``. With ``task`` given and
+    ``kind`` left at "default", the kind is the task's (e.g. "exam" for MedQA-Diag).
+    """
+    overrides = overrides or {}
+    task = _canonical_task(task) if task else None
+    if task and kind == DEFAULT:
+        kind = task_kind(task)
+    variants = list(dict.fromkeys(v for v in (task, kind, DEFAULT) if v))
+
+    for key in [f"{name}/{v}" for v in variants if v != DEFAULT] + [name, f"{name}/{DEFAULT}"]:
+        if key in overrides:
+            resolved = key if "/" in key else f"{name}/{variants[0]}"
+            return _read(resolved, Path(overrides[key]))
+    for variant in variants:
+        path = PROMPTS_DIR / name / f"{variant}.txt"
+        if path.is_file():
+            return _read(f"{name}/{variant}", path)
+
+    looked = ", ".join(f"{name}/{v}.txt" for v in variants)
+    have = [n for n in prompt_names() if n.split("/")[0] == name]
+    hint = (
+        f"; available: {', '.join(have)} (pass task= for per-task prompts)"
+        if have
+        else f"; known prompts: {', '.join(sorted({n.split('/')[0] for n in prompt_names()}))}"
+    )
+    raise PromptError(f"no prompt {name!r} for {task or kind!r}: looked for {looked}{hint}")
+
+
+def prompt_names() -> list[str]:
+    """Every built-in prompt as "name/variant", e.g. "hyde/exam"."""
+    return sorted(f"{p.parent.name}/{p.stem}" for p in PROMPTS_DIR.glob("*/*.txt"))
+
+
+def parse_prompt_overrides(specs: list[str]) -> dict[str, Path]:
+    """Parse ``--prompt NAME=path`` values, e.g. "hyde/exam=my.txt" or "hyde=my.txt"."""
+    names = prompt_names()
+    families = {n.split("/")[0] for n in names}
+    variants = {DEFAULT, *TASK_KINDS, *R2MED_TASKS, *(n.split("/")[1] for n in names)}
+    overrides: dict[str, Path] = {}
+    for spec in specs:
+        key, sep, raw_path = spec.partition("=")
+        key, raw_path = key.strip(), raw_path.strip()
+        if not sep or not key or not raw_path:
+            raise PromptError(f"bad prompt override {spec!r}: expected NAME=path, e.g. hyde=my.txt")
+        family, _, variant = key.partition("/")
+        if family not in families:
+            raise PromptError(
+                f"bad prompt override {spec!r}: unknown prompt {family!r}; "
+                f"known: {', '.join(sorted(families))}"
+            )
+        if "/" in key:
+            variant = _canonical_task(variant)
+            if variant not in variants:
+                raise PromptError(
+                    f"bad prompt override {spec!r}: {variant!r} is not a kind "
+                    f"({', '.join(TASK_KINDS)}), an R2MED task or 'default'"
+                )
+            key = f"{family}/{variant}"
+        if key in overrides:
+            raise PromptError(f"prompt override {key!r} is given twice")
+        path = Path(raw_path).expanduser()
+        if not path.is_file():
+            raise PromptError(f"prompt override {key!r}: no such file {str(path)!r}")
+        overrides[key] = path
+    return overrides
+
+
+def format_docs(texts: list[str], max_words: int = 512) -> str:
+    """Number documents for LameR's ``{docs}`` exactly as R2MED does.
+
+    Each text has its newlines and runs of whitespace collapsed to single spaces and is cut to
+    ``max_words`` words, then becomes ``"\\n[i]. text"`` (1-based). The result starts with a
+    newline, so the prompt's "Possible Relevant Passages: {docs}" puts the list on the next line.
+    Pass the first-stage top-10 (`LAMER_TOP_K`); this function does not cut the list.
+    """
+    if max_words < 1:
+        raise ValueError(f"max_words must be positive, got {max_words}")
+    return "".join(
+        f"\n[{i}]. {' '.join(text.split()[:max_words])}" for i, text in enumerate(texts, 1)
+    )
+
+
+def _read(name: str, path: Path) -> Prompt:
+    # Bytes, not read_text(): universal-newline decoding would change the text and its hash.
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"cannot read prompt {name} from {path}: {exc}") from exc
+    prompt = Prompt(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest(), path)
+    # Check the fields now, so a broken override fails at startup rather than mid-run.
+    try:
+        fields = prompt.placeholders
+    except ValueError as exc:  # a lone "{" or "}"
+        raise PromptError(
+            f"prompt {name} ({path}) is malformed: {exc} (write {{{{ and }}}} for literal braces)"
+        ) from exc
+    if any(not f or _field_root(f).isdigit() for f in fields):
+        raise PromptError(
+            f"prompt {name} ({path}) has a positional placeholder; use named ones such as {{query}}"
+        )
+    return prompt
+
+
+def _field_root(field: str) -> str:
+    """The argument name of a format field: "query" for "query", "doc.title" or "docs[0]"."""
+    return field.split(".")[0].split("[")[0]
+
+
+def _canonical_task(task: str) -> str:
+    """R2MED's spelling of a task name given in any case (``R2MED/`` prefix allowed); other
+    names are returned unchanged."""
+    key = task.strip().lower().removeprefix("r2med/")
+    return next((t for t in R2MED_TASKS if t.lower() == key), None) or task
