@@ -33,11 +33,11 @@ def test_shared_kinds_resolve_without_a_task(name, kind):
     assert load_prompt(name, kind).name == f"{name}/{kind}"
 
 
-def test_post_prompts_are_per_task_and_say_so():
-    # R2MED names the domain in post prompts, so there is no kind-wide text to fall back to.
-    with pytest.raises(PromptError, match="pass task="):
-        load_prompt("hyde", "post")
+def test_post_prompts_are_per_task_with_our_generic_default():
+    # R2MED names the domain in post prompts; tasks outside R2MED get our generic "query" text.
     assert "Medical Science post" in load_prompt("hyde", task="medical-sciences").text
+    assert load_prompt("hyde", task="scifact").name == "hyde/default"
+    assert "help answer the query" in load_prompt("hyde", "post").text
 
 
 def test_texts_match_r2med_exactly():
@@ -173,7 +173,10 @@ def test_missing_placeholder_value_names_prompt_and_placeholder():
 
 
 def test_unknown_prompt_name_lists_known_ones():
-    with pytest.raises(PromptError, match="known prompts: hyde, lamer, query2doc, reason"):
+    with pytest.raises(
+        PromptError,
+        match="known prompts: hyde, lamer, query2doc, query2doc-examples, reason, system",
+    ):
         load_prompt("hide", "exam")
 
 
