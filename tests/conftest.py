@@ -1,4 +1,8 @@
+import os
 from pathlib import Path
+
+# before anything imports litellm: never fetch its model cost map from the network
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 

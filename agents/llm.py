@@ -1,0 +1,294 @@
+"""The one LLM client every agent uses: litellm behind a disk cache, retries and usage totals.
+
+`LLM(model=...)` accepts any litellm model string ("openai/gpt-4o-mini", "ollama/llama3",
+"hosted_vllm/..." with `api_base`) plus "local/<name>" for the in-process provider of
+`agents.local_llm`. API keys come from the environment as litellm expects
+(OPENAI_API_KEY, ...); they are never part of a cache key, a cache value or a log line.
+
+Usage accounting: a cache hit reports the stored token counts (the work the answer stands
+for) but cost 0.0 (no money was spent this time), `cached_calls=1` and the lookup time as
+latency. Cost is None whenever litellm's cost map cannot price the model (local models,
+self-hosted servers, unknown names), and a None makes every total it is added to None.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import litellm
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from agents.llm_cache import LLMCache, cache_key
+
+log = logging.getLogger(__name__)
+
+# litellm prints hints to stdout and, at DEBUG, logs every request; keep both quiet and keep
+# message bodies out of any logging callback. An explicit LITELLM_LOG still wins.
+litellm.suppress_debug_info = True
+litellm.turn_off_message_logging = True
+litellm.log_raw_request_response = False
+if "LITELLM_LOG" not in os.environ:
+    for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+        logging.getLogger(_name).setLevel(logging.WARNING)
+
+CACHE_MODES = ("use", "refresh", "off")
+
+# Transient failures worth waiting out. Everything else (bad request, auth, not found,
+# context window exceeded, ...) fails the same way on every attempt, so it propagates at once.
+# litellm reports a refused connection as InternalServerError.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.APIConnectionError,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+)
+
+# Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
+RETRY_WAIT_MULTIPLIER_S = 1.0
+RETRY_MAX_WAIT_S = 60.0
+
+
+@dataclass
+class Usage:
+    """Calls, tokens, cost and time, summed per call, per query or per run."""
+
+    calls: int = 0
+    cached_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float | None = 0.0  # USD; None as soon as any summed call could not be priced
+    latency_s: float = 0.0
+
+    def add(self, other: Usage) -> None:
+        self.calls += other.calls
+        self.cached_calls += other.cached_calls
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        self.latency_s += other.latency_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    usage: Usage  # this call alone: calls=1, cached_calls=1 if it came from the cache
+    cached: bool
+    model: str  # the model the provider reports, else the requested model string
+
+
+@dataclass(repr=False)
+class LLM:
+    """An LLM client with a disk cache, retries and a running usage total.
+
+    `max_retries` is the total number of attempts per call (tenacity's stop_after_attempt).
+    `params` are default request parameters; per-call `**params` override them.
+    """
+
+    model: str
+    api_base: str | None = None
+    cache_dir: Path | None = None  # None = no cache
+    cache_mode: str = "use"  # "use" | "refresh" (call again, overwrite) | "off"
+    max_retries: int = 6
+    params: dict = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
+    _local_ready: bool = field(default=False, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.cache_mode not in CACHE_MODES:
+            raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {self.cache_mode!r}")
+        if self.cache_dir is not None:
+            self.cache_dir = Path(self.cache_dir)
+
+    async def chat(
+        self,
+        messages: list[dict],
+        *,
+        stop: list[str] | None = None,
+        sample: int = 0,
+        **params: Any,
+    ) -> Completion:
+        """One chat completion, from the cache when possible.
+
+        If the last message is an assistant message it is a partial turn to be continued and
+        is passed through unchanged: the local provider continues it, API providers do what
+        they do with it. For chat-only APIs the agents put results in a user message instead.
+
+        `sample` is a sample index that only distinguishes cache entries: draw n samples at
+        temperature > 0 with sample=0..n-1; callers at temperature 0 pass 0.
+        """
+        request = {**self.params, **params}
+        cache = self._open_cache()
+        key = None
+        if cache is not None:
+            key = cache_key(
+                model=self.model,
+                api_base=self.api_base,
+                messages=messages,
+                stop=stop,
+                params=request,
+                sample=sample,
+            )
+            if self.cache_mode == "use":
+                start = time.perf_counter()
+                entry = cache.get(key)
+                if entry is not None:
+                    return self._record(_from_entry(entry, time.perf_counter() - start))
+
+        if self.model.startswith("local/") and not self._local_ready:
+            # Imported here so that API-only setups never load the local model stack.
+            from agents.local_llm import register_local_provider
+
+            register_local_provider(self.cache_dir)
+            self._local_ready = True
+
+        start = time.perf_counter()
+        response = await self._call_with_retries(messages, stop, request)
+        latency = time.perf_counter() - start
+        entry = _entry_from_response(response, self.model)
+        if cache is not None and key is not None:  # key is set whenever cache is
+            cache.set(key, entry)
+        usage = Usage(
+            calls=1,
+            prompt_tokens=entry["prompt_tokens"],
+            completion_tokens=entry["completion_tokens"],
+            cost=entry["cost"],
+            latency_s=latency,
+        )
+        completion = Completion(
+            text=entry["text"],
+            finish_reason=entry["finish_reason"],
+            usage=usage,
+            cached=False,
+            model=entry["model"],
+        )
+        return self._record(completion)
+
+    def __repr__(self) -> str:
+        # A caller may pass api_key in params; a printed or logged client must not show it.
+        params = {k: "***" if k == "api_key" else v for k, v in self.params.items()}
+        return (
+            f"LLM(model={self.model!r}, api_base={self.api_base!r}, cache_dir={self.cache_dir!r},"
+            f" cache_mode={self.cache_mode!r}, max_retries={self.max_retries}, params={params!r})"
+        )
+
+    def close(self) -> None:
+        """Close the cache's database connection (it reopens on the next call)."""
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+    def _open_cache(self) -> LLMCache | None:
+        if self.cache_dir is None or self.cache_mode == "off":
+            return None
+        if self._cache is None:
+            self._cache = LLMCache(self.cache_dir / "llm")
+        return self._cache
+
+    def _record(self, completion: Completion) -> Completion:
+        self.usage.add(completion.usage)
+        return completion
+
+    async def _call_with_retries(
+        self, messages: list[dict], stop: list[str] | None, request: dict
+    ) -> Any:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(1, self.max_retries)),
+            wait=wait_random_exponential(multiplier=RETRY_WAIT_MULTIPLIER_S, max=RETRY_MAX_WAIT_S),
+            retry=retry_if_exception_type(RETRYABLE_ERRORS),
+            before_sleep=self._log_retry,
+            reraise=True,
+        )
+        kwargs = dict(request)
+        if not self.model.startswith("local/"):
+            # Turns off the OpenAI SDK's own retries (2 by default): tenacity is the only retry
+            # layer, so `self.max_retries` means what it says. Custom providers would receive
+            # it among their generation params, and the local one has no SDK to configure.
+            kwargs.setdefault("max_retries", 0)
+        async for attempt in retrying:
+            with attempt:
+                return await litellm.acompletion(
+                    model=self.model,
+                    messages=messages,
+                    api_base=self.api_base,
+                    stop=stop,
+                    **kwargs,
+                )
+
+    def _log_retry(self, state: RetryCallState) -> None:
+        # Only the error's type: provider messages may echo parts of the request.
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning(
+            "%s: %s on attempt %d/%d; retrying in %.1fs",
+            self.model,
+            type(exc).__name__,
+            state.attempt_number,
+            self.max_retries,
+            wait,
+        )
+
+
+def _entry_from_response(response: Any, requested_model: str) -> dict:
+    """The cacheable fields of a litellm ModelResponse."""
+    choice = response.choices[0]
+    usage = getattr(response, "usage", None)
+    return {
+        "text": choice.message.content or "",
+        "finish_reason": choice.finish_reason,
+        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+        "cost": _cost(response, requested_model),
+        "model": getattr(response, "model", None) or requested_model,
+    }
+
+
+def _cost(response: Any, requested_model: str) -> float | None:
+    """USD for this response from litellm's cost map, or None if it cannot be priced."""
+    if requested_model.startswith("local/"):
+        # Local compute has no price in the map, and a local model's name could collide with
+        # a priced API model's.
+        return None
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # unmapped models raise assorted errors; a missing price is not fatal
+        return None
+
+
+def _from_entry(entry: dict, latency: float) -> Completion:
+    usage = Usage(
+        calls=1,
+        cached_calls=1,
+        prompt_tokens=entry["prompt_tokens"],
+        completion_tokens=entry["completion_tokens"],
+        cost=0.0,
+        latency_s=latency,
+    )
+    return Completion(
+        text=entry["text"],
+        finish_reason=entry["finish_reason"],
+        usage=usage,
+        cached=True,
+        model=entry["model"],
+    )

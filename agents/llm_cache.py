@@ -1,0 +1,114 @@
+"""On-disk cache of LLM completions, shared safely between processes.
+
+litellm's own cache is unusable in 1.110 (the disk backend is gone and a hit imports proxy
+code), so completions are keyed here: the key is the sha256 of the canonical JSON of
+everything that decides the answer, the value a JSON string. Values are JSON rather than
+pickles so the cache stays readable by any tool and never executes code when loaded.
+
+The cache lives in SQLite (diskcache), which is process-safe: several runs may share one
+folder. Nothing is held in memory besides the connection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import diskcache
+
+log = logging.getLogger(__name__)
+
+# Request parameters that change how a call is made, not what it answers. `api_key` in
+# particular must never reach the disk, and the key is the only place a parameter could.
+NOT_IN_KEY = frozenset({"api_key", "timeout"})
+
+# Field -> accepted types of a stored completion; anything else is a corrupted entry.
+ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
+    "text": (str,),
+    "finish_reason": (str, type(None)),
+    "prompt_tokens": (int,),
+    "completion_tokens": (int,),
+    "cost": (int, float, type(None)),
+    "model": (str,),
+}
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON that is identical for equal objects, whatever the order of their dict keys."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def cache_key(
+    *,
+    model: str,
+    api_base: str | None,
+    messages: list[dict],
+    stop: list[str] | None,
+    params: dict,
+    sample: int,
+) -> str:
+    """The sha256 hex digest naming one request.
+
+    `sample` is a sample index: at temperature > 0 samples 0..n-1 of the same prompt are n
+    distinct entries, while re-running sample i reproduces sample i.
+    """
+    request = {
+        "model": model,
+        "api_base": api_base,
+        "messages": messages,
+        "stop": stop,
+        "params": {k: v for k, v in params.items() if k not in NOT_IN_KEY},
+        "sample": sample,
+    }
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+def parse_entry(raw: object) -> dict | None:
+    """The stored completion, or None if `raw` is not a well-formed entry."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict):
+        return None
+    for name, types in ENTRY_FIELDS.items():
+        value = entry.get(name, ...)
+        # bool is an int subclass, but a boolean token count means the entry is garbage.
+        if not isinstance(value, types) or isinstance(value, bool):
+            return None
+    return entry
+
+
+class LLMCache:
+    """Completions stored as JSON strings in `directory` (a diskcache folder)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._store = diskcache.Cache(str(self.directory))
+
+    def get(self, key: str) -> dict | None:
+        """The entry under `key`; None on a miss or an unreadable entry (logged, not fatal)."""
+        try:
+            raw = self._store.get(key, default=None)
+        except Exception as exc:  # an undecodable value must not stop a run
+            log.warning("LLM cache entry %s unreadable (%s); recomputing", key[:12], exc)
+            return None
+        if raw is None:
+            return None
+        entry = parse_entry(raw)
+        if entry is None:
+            log.warning("LLM cache entry %s is corrupted; recomputing", key[:12])
+        return entry
+
+    def set(self, key: str, entry: dict) -> None:
+        """Store `entry` (only the known fields) under `key`, replacing what was there."""
+        value = {name: entry[name] for name in ENTRY_FIELDS}
+        self._store.set(key, canonical_json(value))
+
+    def close(self) -> None:
+        self._store.close()

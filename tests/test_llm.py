@@ -1,0 +1,347 @@
+"""The LLM client: cache keys and modes, retries, usage and secrets, all without a network.
+
+A scripted litellm CustomLLM (provider "scripted") plays the provider: each call pops the
+next outcome, text or exception, and the test counts calls. litellm's `mock_response` covers
+a priced OpenAI model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+# Importing litellm before agents.llm would otherwise fetch its cost map from the network.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import diskcache
+import litellm
+import pytest
+from litellm import CustomLLM
+from litellm.types.utils import Choices, Message, ModelResponse
+from litellm.types.utils import Usage as LiteUsage
+
+import agents.llm as llm_module
+from agents.llm import LLM, Usage
+from agents.llm_cache import LLMCache, cache_key
+
+REPO = Path(__file__).resolve().parents[1]
+SECRET = "sk-test-SECRET-123"
+USER = [{"role": "user", "content": "Which gene causes cystic fibrosis?"}]
+
+
+class ScriptedLLM(CustomLLM):
+    """Returns or raises the scripted outcomes in order; repeats the last one when done."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script: list[str | Exception] = []
+        self.calls: list[dict] = []
+
+    async def acompletion(self, model, messages, *args, **kwargs):
+        self.calls.append({"model": model, "messages": messages, **kwargs})
+        outcome = self.script.pop(0) if len(self.script) > 1 else self.script[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return ModelResponse(
+            model="scripted-model",
+            choices=[
+                Choices(
+                    index=0,
+                    finish_reason="stop",
+                    message=Message(role="assistant", content=outcome),
+                )
+            ],
+            usage=LiteUsage(prompt_tokens=7, completion_tokens=3, total_tokens=10),
+        )
+
+
+@pytest.fixture
+def provider(monkeypatch):
+    handler = ScriptedLLM()
+    handler.script = ["answer"]
+    entries = [e for e in litellm.custom_provider_map if e["provider"] != "scripted"]
+    monkeypatch.setattr(
+        litellm,
+        "custom_provider_map",
+        [*entries, {"provider": "scripted", "custom_handler": handler}],
+    )
+    monkeypatch.setattr(llm_module, "RETRY_MAX_WAIT_S", 0.0)
+    return handler
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def rate_limit() -> Exception:
+    return litellm.RateLimitError(message="slow down", llm_provider="scripted", model="m")
+
+
+def test_hit_on_identical_call_with_params_in_another_order(provider, tmp_path):
+    llm = LLM("scripted/m", cache_dir=tmp_path)
+    first = run(llm.chat(USER, temperature=0, max_tokens=16, top_p=1))
+    second = run(llm.chat(USER, top_p=1, max_tokens=16, temperature=0))
+    assert len(provider.calls) == 1
+    assert (first.cached, second.cached) == (False, True)
+    assert second.text == first.text == "answer"
+    assert second.finish_reason == "stop" and second.model == "scripted-model"
+
+
+def test_default_params_and_call_params_share_entries(provider, tmp_path):
+    run(LLM("scripted/m", cache_dir=tmp_path, params={"temperature": 0}).chat(USER))
+    again = run(LLM("scripted/m", cache_dir=tmp_path).chat(USER, temperature=0))
+    assert again.cached and len(provider.calls) == 1
+
+
+def test_request_is_passed_through(provider, tmp_path):
+    partial = [*USER, {"role": "assistant", "content": "The gene is"}]
+    run(LLM("scripted/m", params={"max_tokens": 5}).chat(partial, stop=["\n"], temperature=0))
+    call = provider.calls[0]
+    assert call["messages"] == partial  # a partial assistant turn goes through unchanged
+    sent = {k: v for k, v in call["optional_params"].items() if k != "max_retries"}
+    assert sent == {"max_tokens": 5, "stop": ["\n"], "temperature": 0}
+    assert call["optional_params"]["max_retries"] == 0  # tenacity is the only retry layer
+
+
+def test_samples_are_distinct_entries(provider, tmp_path):
+    provider.script = ["one", "two", "three"]
+    llm = LLM("scripted/m", cache_dir=tmp_path, params={"temperature": 0.7})
+    a = run(llm.chat(USER, sample=0))
+    b = run(llm.chat(USER, sample=1))
+    again = run(llm.chat(USER, sample=0))
+    assert (a.text, b.text) == ("one", "two")
+    assert again.cached and again.text == "one"
+    assert len(provider.calls) == 2
+
+
+def test_refresh_calls_again_and_overwrites(provider, tmp_path):
+    provider.script = ["old", "new"]
+    run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
+    fresh = run(LLM("scripted/m", cache_dir=tmp_path, cache_mode="refresh").chat(USER))
+    assert not fresh.cached and fresh.text == "new"
+    reused = run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
+    assert reused.cached and reused.text == "new"
+    assert len(provider.calls) == 2
+
+
+def test_off_never_reads_or_writes(provider, tmp_path):
+    llm = LLM("scripted/m", cache_dir=tmp_path, cache_mode="off")
+    run(llm.chat(USER))
+    run(llm.chat(USER))
+    assert len(provider.calls) == 2
+    assert not (tmp_path / "llm").exists()
+
+
+def test_no_cache_dir_means_no_cache(provider):
+    llm = LLM("scripted/m")
+    run(llm.chat(USER))
+    run(llm.chat(USER))
+    assert len(provider.calls) == 2
+
+
+def test_bad_cache_mode_is_refused():
+    with pytest.raises(ValueError, match="cache_mode"):
+        LLM("scripted/m", cache_mode="sometimes")
+
+
+def test_retries_transient_errors_then_succeeds(provider, caplog):
+    provider.script = [
+        rate_limit(),
+        litellm.InternalServerError(message="502 upstream", llm_provider="scripted", model="m"),
+        litellm.Timeout(message="timed out", model="m", llm_provider="scripted"),
+        litellm.ServiceUnavailableError(message="503", llm_provider="scripted", model="m"),
+        "finally",
+    ]
+    llm = LLM("scripted/m", max_retries=6)
+    with caplog.at_level(logging.WARNING, logger="agents.llm"):
+        completion = run(llm.chat(USER))
+    assert completion.text == "finally"
+    assert len(provider.calls) == 5
+    assert llm.usage.calls == 1  # one logical call, however many attempts it took
+    assert "RateLimitError on attempt 1/6" in caplog.text
+
+
+def test_gives_up_after_max_retries_attempts(provider):
+    provider.script = [rate_limit()]
+    with pytest.raises(litellm.RateLimitError):
+        run(LLM("scripted/m", max_retries=3).chat(USER))
+    assert len(provider.calls) == 3
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        litellm.BadRequestError(message="bad", model="m", llm_provider="scripted"),
+        litellm.AuthenticationError(message="bad key", llm_provider="scripted", model="m"),
+        litellm.NotFoundError(message="no such model", model="m", llm_provider="scripted"),
+        litellm.ContextWindowExceededError(message="too long", model="m", llm_provider="scripted"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_permanent_errors_are_not_retried(provider, tmp_path, error):
+    provider.script = [error]
+    with pytest.raises(type(error)):
+        run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
+    assert len(provider.calls) == 1
+
+
+def test_usage_is_summed_and_unknown_cost_is_none(provider, tmp_path):
+    llm = LLM("scripted/m", cache_dir=tmp_path)
+    first = run(llm.chat(USER))
+    run(llm.chat(USER))
+    run(llm.chat([{"role": "user", "content": "another question"}]))
+    assert first.usage.calls == 1 and first.usage.cached_calls == 0
+    assert first.usage.cost is None  # "scripted/m" is in no cost map
+    assert llm.usage.calls == 3 and llm.usage.cached_calls == 1
+    assert (llm.usage.prompt_tokens, llm.usage.completion_tokens) == (21, 9)
+    assert llm.usage.cost is None
+    assert set(llm.usage.to_dict()) == {
+        "calls",
+        "cached_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost",
+        "latency_s",
+    }
+
+
+def test_known_model_is_priced_and_a_hit_costs_nothing(tmp_path):
+    llm = LLM("openai/gpt-4o-mini", cache_dir=tmp_path, params={"mock_response": "mocked"})
+    paid = run(llm.chat(USER))
+    free = run(llm.chat(USER))
+    assert paid.text == "mocked" and paid.usage.cost is not None and paid.usage.cost > 0
+    assert free.cached and free.usage.cost == 0.0
+    assert free.usage.prompt_tokens == paid.usage.prompt_tokens
+    assert llm.usage.cost == pytest.approx(paid.usage.cost)
+
+
+def test_usage_add_propagates_unknown_cost():
+    total = Usage()
+    total.add(Usage(calls=1, cost=0.5, latency_s=1.0))
+    assert total.cost == 0.5
+    total.add(Usage(calls=1, cost=None))
+    total.add(Usage(calls=1, cost=0.25))
+    assert total.calls == 3 and total.cost is None and total.latency_s == 1.0
+
+
+def test_api_key_never_reaches_cache_or_logs(provider, tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="LiteLLM")  # even litellm's own debug lines
+    provider.script = [rate_limit(), "answer"]
+    scripted = LLM("scripted/m", cache_dir=tmp_path, params={"api_key": SECRET})
+    run(scripted.chat(USER))
+    assert provider.calls[-1]["api_key"] == SECRET  # the key is used, just never stored
+    priced = LLM("openai/gpt-4o-mini", cache_dir=tmp_path, params={"mock_response": "ok"})
+    run(priced.chat(USER, api_key=SECRET))
+    again = run(priced.chat(USER))  # same entry: the key is not part of it
+    assert again.cached
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files
+    for path in files:
+        assert SECRET.encode() not in path.read_bytes(), path
+    assert caplog.records  # something was logged, and none of it is the key
+    assert SECRET not in caplog.text
+    assert SECRET not in repr(scripted)
+
+
+def test_api_key_is_not_part_of_the_key():
+    base = dict(model="m", api_base=None, messages=USER, stop=None, sample=0)
+    assert cache_key(**base, params={"temperature": 0, "api_key": SECRET}) == cache_key(
+        **base, params={"temperature": 0}
+    )
+    assert cache_key(**base, params={"temperature": 0}) != cache_key(
+        **base, params={"temperature": 1}
+    )
+
+
+def _entry_key(tmp_path: Path) -> tuple[diskcache.Cache, str]:
+    key = cache_key(
+        model="scripted/m", api_base=None, messages=USER, stop=None, params={}, sample=0
+    )
+    return diskcache.Cache(str(tmp_path / "llm")), key
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["not json {", '{"text": 3}', "[1, 2]", b"\x00\x01binary", 42],
+    ids=["bad-json", "wrong-field-type", "not-an-object", "bytes", "int"],
+)
+def test_corrupted_entry_is_recomputed_and_overwritten(provider, tmp_path, caplog, garbage):
+    store, key = _entry_key(tmp_path)
+    store.set(key, garbage)
+    with caplog.at_level(logging.WARNING, logger="agents.llm_cache"):
+        completion = run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
+    assert not completion.cached and completion.text == "answer"
+    assert "corrupted" in caplog.text
+    assert json.loads(store.get(key))["text"] == "answer"
+    assert run(LLM("scripted/m", cache_dir=tmp_path).chat(USER)).cached
+
+
+def test_values_are_stored_as_json(provider, tmp_path):
+    run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
+    store, key = _entry_key(tmp_path)
+    raw = store.get(key)
+    assert isinstance(raw, str)
+    assert json.loads(raw) == {
+        "text": "answer",
+        "finish_reason": "stop",
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "cost": None,
+        "model": "scripted-model",
+    }
+
+
+def test_another_process_sees_the_same_cache(provider, tmp_path):
+    # The writer imports only agents.llm_cache (no litellm), which keeps it quick.
+    key = cache_key(
+        model="scripted/m", api_base=None, messages=USER, stop=None, params={}, sample=0
+    )
+    entry = {
+        "text": "from the other process",
+        "finish_reason": "stop",
+        "prompt_tokens": 1,
+        "completion_tokens": 2,
+        "cost": None,
+        "model": "scripted-model",
+    }
+    script = (
+        "import json, sys; from agents.llm_cache import LLMCache; "
+        "LLMCache(sys.argv[1]).set(sys.argv[2], json.loads(sys.argv[3]))"
+    )
+    llm = LLM("scripted/m", cache_dir=tmp_path)
+    run(llm.chat([{"role": "user", "content": "open the cache first"}]))
+    subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "llm"), key, json.dumps(entry)],
+        check=True,
+        cwd=REPO,
+    )
+    completion = run(llm.chat(USER))
+    assert completion.cached and completion.text == "from the other process"
+    assert LLMCache(tmp_path / "llm").get(key) == entry
+
+
+def test_local_models_register_their_provider_once(provider, tmp_path, monkeypatch):
+    registered: list[Path | None] = []
+
+    def register_local_provider(cache_dir: Path | None) -> None:
+        registered.append(cache_dir)
+        others = [e for e in litellm.custom_provider_map if e["provider"] != "local"]
+        litellm.custom_provider_map = [*others, {"provider": "local", "custom_handler": provider}]
+
+    fake = types.ModuleType("agents.local_llm")
+    fake.register_local_provider = register_local_provider
+    monkeypatch.setitem(sys.modules, "agents.local_llm", fake)
+    llm = LLM("local/tiny", cache_dir=tmp_path)
+    first = run(llm.chat(USER))
+    run(llm.chat([{"role": "user", "content": "second"}]))
+    assert registered == [tmp_path]
+    assert first.text == "answer" and first.usage.cost is None
+    assert "max_retries" not in provider.calls[0]["optional_params"]
