@@ -1,34 +1,42 @@
-"""Run an agent over one or more tasks and score it: `python -m agents.run --agent none ...`.
+"""Run an agent over one or more tasks and score it: `python -m agents.run --agent hyde ...`.
 
-A run folder holds `config.json` and, per task, the TREC run file, per-query metrics and
-R2MED-style results; `leaderboard.md` and `results.json` at the top compare the tasks.
-Re-running the same command skips tasks that are already finished; a folder written by a
-different configuration is refused unless `--overwrite` is given.
+A run folder is bound to one configuration (`config.json`). Per task it holds
+`queries.jsonl` (one record per answered query: ranking, generated texts, trace, usage, error),
+then `run.trec`, `per_query.jsonl`, R2MED-style `results.json` and `metrics.json`;
+`leaderboard.md` and `metrics.json` at the top compare the tasks. Re-running the same command
+resumes: answered queries and finished tasks are not redone, failed queries are retried. A
+folder written by another configuration is refused unless `--overwrite` is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agents.context import AgentContext
+from agents.llm import LLM, Usage
+from agents.registry import AGENTS, AgentSpec
+from agents.runner import ranking_of, run_queries
 from eval.datasets import R2MED_TASKS, DataError, Task, load_tasks
 from eval.evaluate import evaluate
 from eval.report import leaderboard_markdown, results_json, write_per_query, write_results_json
 from eval.trec import write_run
-from retrievers.bm25 import BM25_METHODS, build_bm25
+from prompts import load_prompt, parse_prompt_overrides
+from retrievers.bm25 import BM25_METHODS
+from retrievers.search import RETRIEVERS, Retriever, SearchRequest, build_retriever
 
 log = logging.getLogger("agents.run")
 
-AGENTS = {"none": "retrieve with the raw query text (the no-LLM baseline)"}
-RETRIEVERS = {"bm25": "sparse BM25 over the task corpus (see --bm25-method)"}
 HEADLINE = "NDCG@10"
+DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
 
 
 def default_cache_dir() -> Path:
@@ -48,22 +56,33 @@ class RunConfig:
     depth: int
     missing: str
     limit: int | None
+    model: str | None = None
+    api_base: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    prompts: dict[str, str] = field(default_factory=dict)  # prompt name -> sha256 of its text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m agents.run",
-        description="Run a retrieval agent over a benchmark task and score it with nDCG@10.",
+        description="Run a retrieval agent over benchmark tasks and score it with nDCG@10.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="agents:\n"
-        + "".join(f"  {name:<10} {doc}\n" for name, doc in AGENTS.items())
+        + "".join(f"  {name:<10} {spec.description}\n" for name, spec in AGENTS.items())
+        + "retrievers (join with '+' for reciprocal-rank fusion, e.g. bm25+dense):\n"
+        + "".join(f"  {name:<10} {doc}\n" for name, doc in RETRIEVERS.items())
         + "datasets:\n  a folder in R2MED or BEIR layout, an R2MED task name ("
         + ", ".join(R2MED_TASKS)
-        + "), or 'r2med' for all 8\n",
+        + "), or 'r2med' for all 8\n"
+        + f"models:\n  {DEFAULT_MODEL} (default, offline), local/smollm2-135m (faster), or any\n"
+        "  litellm model string, e.g. openai/gpt-4o-mini (key from OPENAI_API_KEY),\n"
+        "  anthropic/claude-..., ollama/qwen2.5, or openai/<name> with --api-base for a vLLM\n"
+        "  or other OpenAI-compatible server\n",
     )
-    p.add_argument("--agent", default="none", choices=sorted(AGENTS), help="default: %(default)s")
+    p.add_argument("--agent", default="none", choices=list(AGENTS), help="default: %(default)s")
     p.add_argument("--dataset", required=True, help="folder, R2MED task name, or 'r2med'")
-    p.add_argument("--retriever", default="bm25", choices=sorted(RETRIEVERS))
+    p.add_argument("--retriever", default="bm25", help="default: %(default)s")
     p.add_argument(
         "--bm25-method",
         default="bm25q",
@@ -72,6 +91,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--k1", type=float, default=None, help="BM25 k1 (default: the method's)")
     p.add_argument("--b", type=float, default=None, help="BM25 b (default: the method's)")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="LLM (default: %(default)s)")
+    p.add_argument("--api-base", default=None, help="base URL of an OpenAI-compatible server")
+    p.add_argument("--temperature", type=float, default=0.0, help="default: %(default)s")
+    p.add_argument("--max-tokens", type=int, default=512, help="per LLM call; default: %(default)s")
+    p.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="use PATH for prompt NAME (e.g. hyde/exam=my.txt, or hyde=my.txt for every kind)",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="queries in flight; default: 4")
+    p.add_argument(
+        "--cache",
+        default="use",
+        choices=["use", "refresh", "off"],
+        help="LLM response cache: use it, refresh it (call again), or off; default: use",
+    )
     p.add_argument("--depth", type=int, default=100, help="documents kept per query (default 100)")
     p.add_argument(
         "--missing",
@@ -83,11 +120,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="only the first N queries per task")
     p.add_argument("--runs-dir", type=Path, default=Path("runs"), help="default: %(default)s")
     p.add_argument("--run-name", default=None, help="run folder name (default: from the config)")
-    p.add_argument("--cache-dir", type=Path, default=None, help="indexes and downloads")
+    p.add_argument("--cache-dir", type=Path, default=None, help="indexes, LLM cache, downloads")
     p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace a run folder holding another config",
+        "--overwrite", action="store_true", help="replace a run folder holding another config"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
@@ -95,7 +130,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_name(cfg: RunConfig) -> str:
     dataset = Path(cfg.dataset).name or cfg.dataset
-    parts = [cfg.agent, cfg.retriever if cfg.retriever != "bm25" else cfg.bm25_method, dataset]
+    retriever = cfg.bm25_method if cfg.retriever == "bm25" else cfg.retriever.replace("/", "_")
+    parts = [cfg.agent, retriever]
+    if cfg.model:
+        parts.append(cfg.model.split("/")[-1])
+    parts.append(dataset)
     if cfg.limit:
         parts.append(f"limit{cfg.limit}")
     return "-".join(parts)
@@ -116,39 +155,88 @@ def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
             )
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
-    tmp = config_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-    tmp.replace(config_file)
+    _write_json(config_file, asdict(cfg))
 
 
-def retrieve_task(task: Task, cfg: RunConfig, cache_dir: Path, progress: bool) -> dict:
-    """The `none` agent: the raw query text goes straight to the retriever."""
-    index = build_bm25(
-        task.corpus,
-        cfg.bm25_method,
-        k1=cfg.k1,
-        b=cfg.b,
-        cache_dir=cache_dir / "bm25",
-        progress=progress,
-    )
-    queries = dict(list(task.queries.items())[: cfg.limit] if cfg.limit else task.queries)
-    return index.search_many(queries, k=cfg.depth, progress=progress)
+def _write_json(path: Path, value: object) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n")
+    tmp.replace(path)
 
 
-def run_task(task: Task, cfg: RunConfig, out: Path, cache_dir: Path, progress: bool) -> dict:
-    """Retrieve and score one task into `out`; a finished task is read back, not redone."""
+def prompt_hashes(spec: AgentSpec, tasks: list[Task], overrides: dict[str, Path]) -> dict:
+    """The exact prompt texts a run will use, by name and hash, so runs are comparable."""
+    hashes = {}
+    for family in spec.prompts:
+        for task in tasks:
+            prompt = load_prompt(family, overrides=overrides, task=task.name)
+            hashes[prompt.name] = prompt.sha256
+    return hashes
+
+
+def _limited(task: Task, limit: int | None) -> dict[str, str]:
+    return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
+
+
+def baseline_run(bm25: Retriever, queries: dict[str, str], depth: int) -> dict:
+    return {q: bm25.search(SearchRequest(query=text), depth) for q, text in queries.items()}
+
+
+async def run_task(
+    task: Task,
+    cfg: RunConfig,
+    spec: AgentSpec,
+    llm: LLM | None,
+    args: argparse.Namespace,
+    out: Path,
+    cache_dir: Path,
+) -> dict:
+    """Answer, rank and score one task into `out`; a finished task is read back, not redone."""
     summary_file = out / "metrics.json"
     if summary_file.exists():
-        log.info("%s: already finished, reading %s", task.name, summary_file)
-        return json.loads(summary_file.read_text())
+        summary = json.loads(summary_file.read_text())
+        if not summary["failed"]:
+            log.info("%s: already finished, reading %s", task.name, summary_file)
+            return summary
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    run = retrieve_task(task, cfg, cache_dir, progress)
-    qrels = {q: task.qrels[q] for q in run if q in task.qrels} if cfg.limit else task.qrels
+    progress = not args.quiet
+    bm25_options = {"bm25_method": cfg.bm25_method, "k1": cfg.k1, "b": cfg.b}
+    bm25 = build_retriever("bm25", task, cache_dir, progress, **bm25_options)
+    retriever = (
+        bm25
+        if cfg.retriever == "bm25"
+        else build_retriever(cfg.retriever, task, cache_dir, progress, **bm25_options)
+    )
+    ctx = AgentContext(
+        retriever=retriever,
+        first_stage=bm25,
+        corpus=task.corpus,
+        task=task.name,
+        llm=llm,
+        depth=cfg.depth,
+        prompt_overrides=parse_prompt_overrides(args.prompt),
+    )
+    queries = _limited(task, cfg.limit)
+    records = await run_queries(
+        spec.build_graph(ctx),
+        queries,
+        out / "queries.jsonl",
+        concurrency=args.concurrency,
+        progress=progress,
+        label=f"{task.name} [{cfg.agent}]",
+    )
+    failed = {q: r["error"] for q, r in records.items() if r["error"]}
+    run = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
+    qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
     evaluation = evaluate(qrels, run, missing=cfg.missing)
-    seconds = time.perf_counter() - started
-    write_run(run, out / "run.trec", tag=f"{cfg.agent}-{cfg.bm25_method}", depth=cfg.depth)
+    usage = Usage()
+    for record in records.values():
+        usage.add(Usage(**record["usage"]))
+
+    write_run(run, out / "run.trec", tag=f"r2med-agents-{cfg.agent}", depth=cfg.depth)
     write_per_query(evaluation, out / "per_query.jsonl")
+    seconds = time.perf_counter() - started
     write_results_json(
         results_json(evaluation, task.name, run_name(cfg), f"{seconds / 60:.2f} minutes"),
         out / "results.json",
@@ -157,18 +245,53 @@ def run_task(task: Task, cfg: RunConfig, out: Path, cache_dir: Path, progress: b
         "task": task.name,
         "metrics": evaluation.mean,
         "averaging": evaluation.describe(),
-        "queries": len(run),
+        "queries": len(queries),
+        "failed": len(failed),
+        "failures": failed,
+        "usage": usage.to_dict(),
+        "searches_per_query": _searches_per_query(records),
         "seconds": round(seconds, 3),
     }
-    tmp = summary_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(summary_file)  # written last: its presence marks the task finished
+    if spec.name != "none":
+        base = evaluate(qrels, baseline_run(bm25, queries, cfg.depth), missing=cfg.missing)
+        summary["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}
+    _write_json(summary_file, summary)  # written last; with failed == 0 it marks the task done
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+def _searches_per_query(records: dict) -> float:
+    searches = sum(
+        1 for r in records.values() for s in r["steps"] if s.get("node") in {"retrieve", "search"}
+    )
+    return round(searches / max(1, len(records)), 3)
+
+
+def _report(summary: dict) -> str:
+    line = f"{summary['task']}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
+    if "bm25_baseline" in summary:
+        line += f" (BM25 without LLM: {summary['bm25_baseline'][HEADLINE]:.5f})"
+    u = summary["usage"]
+    if u["calls"]:
+        line += (
+            f"; LLM calls {u['calls']} ({u['cached_calls']} cached), "
+            f"tokens {u['prompt_tokens']} in / {u['completion_tokens']} out"
+        )
+    if summary["failed"]:
+        line += f"; {summary['failed']} queries FAILED (see metrics.json)"
+    return line + f"\n  {summary['averaging']}"
+
+
+async def amain(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    spec = AGENTS[args.agent]
+    cache_dir = args.cache_dir or default_cache_dir()
+    try:
+        tasks = load_tasks(args.dataset, cache_dir)
+        overrides = parse_prompt_overrides(args.prompt)
+        prompts = prompt_hashes(spec, tasks, overrides)
+    except (DataError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     cfg = RunConfig(
         agent=args.agent,
         dataset=args.dataset,
@@ -179,32 +302,49 @@ def main(argv: list[str] | None = None) -> int:
         depth=args.depth,
         missing=args.missing,
         limit=args.limit,
+        model=args.model if spec.uses_llm else None,
+        api_base=args.api_base if spec.uses_llm else None,
+        temperature=args.temperature if spec.uses_llm else None,
+        max_tokens=args.max_tokens if spec.uses_llm else None,
+        prompts=prompts,
     )
-    cache_dir = args.cache_dir or default_cache_dir()
-    try:
-        tasks = load_tasks(args.dataset, cache_dir)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    llm = None
+    if spec.uses_llm:
+        llm = LLM(
+            model=args.model,
+            api_base=args.api_base,
+            cache_dir=cache_dir,
+            cache_mode=args.cache,
+            params={"temperature": args.temperature, "max_tokens": args.max_tokens},
+        )
     run_dir = args.runs_dir / (args.run_name or run_name(cfg))
     open_run_dir(run_dir, cfg, args.overwrite)
 
     by_task = {}
     for task in tasks:
-        results = run_task(task, cfg, run_dir / task.name, cache_dir, not args.quiet)
-        by_task[task.name] = results
-        score = results["metrics"][HEADLINE]
-        print(f"{task.name}: {HEADLINE} = {score:.5f} ({results['averaging']})")
+        summary = await run_task(task, cfg, spec, llm, args, run_dir / task.name, cache_dir)
+        by_task[task.name] = summary
+        print(_report(summary))
 
     name = run_dir.name
     table = leaderboard_markdown(
-        {name: {t: r["metrics"][HEADLINE] for t, r in by_task.items()}}, tasks=list(by_task)
+        {name: {t: s["metrics"][HEADLINE] for t, s in by_task.items()}}, tasks=list(by_task)
     )
     (run_dir / "leaderboard.md").write_text(table + "\n")
-    (run_dir / "metrics.json").write_text(json.dumps(by_task, indent=2) + "\n")
+    _write_json(run_dir / "metrics.json", by_task)
     print(table)
-    print(f"run folder: {run_dir}")
+    failed = sum(s["failed"] for s in by_task.values())
+    print(f"wall time {time.perf_counter() - started:.1f} s; run folder: {run_dir}")
+    if failed:
+        print(f"{failed} queries failed; re-run the same command to retry them", file=sys.stderr)
+        return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    return asyncio.run(amain(args))
 
 
 if __name__ == "__main__":

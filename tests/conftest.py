@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -16,3 +17,35 @@ def scifact_dir() -> Path:
     if not (SCIFACT / "corpus.jsonl").is_file():
         pytest.skip(f"SciFact not found at {SCIFACT} (the shared data folder beside the repo)")
     return SCIFACT
+
+
+DOCS = {
+    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
+    "d2": "Metformin lowers hepatic glucose production in diabetes.",
+    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
+    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
+    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
+}
+QUERIES = {
+    "q1": "Which drug lowers glucose production by the liver in diabetes?",
+    "q2": "How does aspirin act on platelets?",
+    "q3": "What lowers cholesterol?",
+}
+QRELS = [("q1", "d2", 1), ("q2", "d3", 2), ("q3", "d4", 1)]
+
+
+@pytest.fixture
+def toy_dir(tmp_path: Path) -> Path:
+    """A five-document task in R2MED layout where each query has one clearly relevant doc."""
+    folder = tmp_path / "toy"
+    folder.mkdir()
+    with open(folder / "corpus.jsonl", "w") as f:
+        for i, t in DOCS.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "query.jsonl", "w") as f:
+        for i, t in QUERIES.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "qrels.jsonl", "w") as f:
+        for q, d, s in QRELS:
+            f.write(json.dumps({"q_id": q, "p_id": d, "score": s}) + "\n")
+    return folder

@@ -5,39 +5,10 @@ import pytest
 
 from agents.run import main
 
-DOCS = {
-    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
-    "d2": "Metformin lowers hepatic glucose production in diabetes.",
-    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
-    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
-    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
-}
-QUERIES = {
-    "q1": "Which drug lowers glucose production by the liver in diabetes?",
-    "q2": "How does aspirin act on platelets?",
-    "q3": "What lowers cholesterol?",
-}
-QRELS = [("q1", "d2", 1), ("q2", "d3", 2), ("q3", "d4", 1)]
-
-
-def write_r2med(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    with open(folder / "corpus.jsonl", "w") as f:
-        for i, t in DOCS.items():
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
-    with open(folder / "query.jsonl", "w") as f:
-        for i, t in QUERIES.items():
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
-    with open(folder / "qrels.jsonl", "w") as f:
-        for q, d, s in QRELS:
-            f.write(json.dumps({"q_id": q, "p_id": d, "score": s}) + "\n")
-    return folder
-
 
 @pytest.fixture
-def env(tmp_path: Path) -> dict:
-    data = write_r2med(tmp_path / "toy")
-    return {"data": data, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
+def env(tmp_path: Path, toy_dir: Path) -> dict:
+    return {"data": toy_dir, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
 
 
 def run(env: dict, *extra: str) -> int:
@@ -82,7 +53,7 @@ def test_rerun_skips_finished_tasks(env, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a finished task was retrieved again")
 
-    monkeypatch.setattr(runner, "retrieve_task", boom)
+    monkeypatch.setattr(runner, "build_retriever", boom)
     assert run(env) == 0
 
 

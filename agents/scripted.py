@@ -1,0 +1,59 @@
+"""A scripted LLM provider for tests and benchmarks (models `scripted/...` once installed).
+
+It answers through litellm like any provider, so the whole stack (cache, retries, usage,
+graphs) runs for real around it; only the model is replaced by a Python function of the
+messages. An optional latency makes it stand in for a remote API in scaling benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import litellm
+from litellm import CustomLLM
+from litellm.types.utils import Choices, Message, ModelResponse
+from litellm.types.utils import Usage as LiteUsage
+
+Respond = Callable[[list[dict], dict[str, Any]], "str | Exception"]
+
+
+class ScriptedProvider(CustomLLM):
+    def __init__(self, respond: Respond, latency_s: float = 0.0) -> None:
+        super().__init__()
+        self.respond = respond
+        self.latency_s = latency_s
+        self.calls = 0
+
+    async def acompletion(self, model: str, messages: list[dict], *args: Any, **kwargs: Any):
+        self.calls += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        outcome = self.respond(messages, kwargs.get("optional_params") or {})
+        if isinstance(outcome, Exception):
+            raise outcome
+        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        return ModelResponse(
+            model=model,
+            choices=[
+                Choices(
+                    index=0,
+                    finish_reason="stop",
+                    message=Message(role="assistant", content=outcome),
+                )
+            ],
+            usage=LiteUsage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=len(outcome.split()),
+                total_tokens=prompt_tokens + len(outcome.split()),
+            ),
+        )
+
+
+def install(respond: Respond, latency_s: float = 0.0, name: str = "scripted") -> ScriptedProvider:
+    """Register a scripted provider under `name`, replacing any earlier one of that name."""
+    provider = ScriptedProvider(respond, latency_s)
+    others = [e for e in litellm.custom_provider_map if e["provider"] != name]
+    litellm.custom_provider_map = [*others, {"provider": name, "custom_handler": provider}]
+    return provider
