@@ -31,6 +31,7 @@ class AgentContext:
     llm: LLM | None = None
     depth: int = 100
     prompt_overrides: Mapping[str, Path] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # the agent's own settings
 
 
 def _merge(old: dict, new: dict) -> dict:

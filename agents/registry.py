@@ -7,7 +7,7 @@ whose final state holds `ranking`) plus its prompt files, and one entry here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -22,6 +22,7 @@ class AgentSpec:
     build_graph: Callable[[AgentContext], Any]
     prompts: tuple[str, ...] = ()  # prompt families it loads, recorded with their hashes
     uses_llm: bool = True
+    defaults: dict[str, Any] = field(default_factory=dict)  # its options (--max-turns, ...)
 
 
 AGENTS: dict[str, AgentSpec] = {

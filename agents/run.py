@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agents.context import AgentContext
 from agents.llm import LLM, Usage
@@ -61,6 +62,7 @@ class RunConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     prompts: dict[str, str] = field(default_factory=dict)  # prompt name -> sha256 of its text
+    options: dict[str, Any] = field(default_factory=dict)  # the agent's own settings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -101,6 +103,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="NAME=PATH",
         help="use PATH for prompt NAME (e.g. hyde/exam=my.txt, or hyde=my.txt for every kind)",
+    )
+    p.add_argument(
+        "--final-ranking",
+        choices=["answer", "fuse", "trace"],
+        default=None,
+        help="iterative agents: rank with the final answer (as HyDE), fuse every list "
+        "retrieved on the way, or the whole trace (default: the agent's)",
+    )
+    p.add_argument("--max-searches", type=int, default=None, help="iterative agents")
+    p.add_argument("--max-turns", type=int, default=None, help="iterative agents")
+    p.add_argument("--top-k", type=int, default=None, help="docs per search (iterative agents)")
+    p.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an agent setting, e.g. max_turns=8 (see each agent's defaults in the README)",
     )
     p.add_argument("--concurrency", type=int, default=4, help="queries in flight; default: 4")
     p.add_argument(
@@ -174,6 +193,26 @@ def prompt_hashes(spec: AgentSpec, tasks: list[Task], overrides: dict[str, Path]
     return hashes
 
 
+def agent_options(spec: AgentSpec, pairs: list[str]) -> dict[str, Any]:
+    """The agent's defaults with `--option KEY=VALUE` overrides, typed like the defaults."""
+    options = dict(spec.defaults)
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in options:
+            known = ", ".join(options) or "none"
+            raise ValueError(f"--option {pair!r}: agent {spec.name!r} has options: {known}")
+        default = options[key]
+        try:
+            options[key] = (
+                type(default)(value)
+                if not isinstance(default, bool)
+                else (value.lower() in {"1", "true", "yes"})
+            )
+        except ValueError:
+            raise ValueError(f"--option {pair!r}: expected a {type(default).__name__}") from None
+    return options
+
+
 def _limited(task: Task, limit: int | None) -> dict[str, str]:
     return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
 
@@ -216,6 +255,7 @@ async def run_task(
         llm=llm,
         depth=cfg.depth,
         prompt_overrides=parse_prompt_overrides(args.prompt),
+        options=cfg.options,
     )
     queries = _limited(task, cfg.limit)
     records = await run_queries(
@@ -289,6 +329,14 @@ async def amain(args: argparse.Namespace) -> int:
         tasks = load_tasks(args.dataset, cache_dir)
         overrides = parse_prompt_overrides(args.prompt)
         prompts = prompt_hashes(spec, tasks, overrides)
+        flags = {
+            "final_ranking": args.final_ranking,
+            "max_searches": args.max_searches,
+            "max_turns": args.max_turns,
+            "top_k": args.top_k,
+        }
+        pairs = [f"{k}={v}" for k, v in flags.items() if v is not None] + args.option
+        options = agent_options(spec, pairs)
     except (DataError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -307,6 +355,7 @@ async def amain(args: argparse.Namespace) -> int:
         temperature=args.temperature if spec.uses_llm else None,
         max_tokens=args.max_tokens if spec.uses_llm else None,
         prompts=prompts,
+        options=options,
     )
     llm = None
     if spec.uses_llm:

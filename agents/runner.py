@@ -53,14 +53,13 @@ def ranking_of(record: Mapping[str, Any]) -> dict[str, float]:
     return {doc_id: score for doc_id, score in record["ranking"]}
 
 
-async def _run_one(graph: Any, query_id: str, query: str, recursion_limit: int) -> dict:
+async def _run_one(graph: Any, query_id: str, query: str) -> dict:
     started = time.perf_counter()
     state: dict[str, Any] = {}
     error = None
     try:
         state = await graph.ainvoke(
-            {"query_id": query_id, "query": query, "steps": [], "generated": {}},
-            config={"recursion_limit": recursion_limit},
+            {"query_id": query_id, "query": query, "steps": [], "generated": {}}
         )
     except Exception as e:  # one query's failure must not end the run; it is recorded
         error = redact(f"{type(e).__name__}: {e}")
@@ -83,7 +82,6 @@ async def run_queries(
     out: Path,
     concurrency: int = 1,
     progress: bool = True,
-    recursion_limit: int = 25,
     label: str = "queries",
 ) -> dict[str, dict[str, Any]]:
     """Answer every query not yet answered in ``out``; returns all records for ``queries``."""
@@ -103,7 +101,7 @@ async def run_queries(
 
         async def one(query_id: str) -> None:
             async with sem:
-                record = await _run_one(graph, query_id, queries[query_id], recursion_limit)
+                record = await _run_one(graph, query_id, queries[query_id])
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())

