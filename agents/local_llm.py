@@ -42,13 +42,12 @@ PROVIDER = "local"
 CACHE_ENV = "R2MED_AGENTS_CACHE"
 DEFAULT_LOCAL_MODEL = f"{PROVIDER}/qwen2.5-coder-0.5b"
 
-# One thread each. On this 2-core machine llama.cpp's two threads wait for each other by
-# spinning, so whenever anything else uses a core they stall: measured with one other busy
-# process, n_threads=2 fell to ~1 token/s and n_threads_batch=2 made prompt processing 3-5x
-# slower than one thread (13x on the whole test file). On an idle machine 2 batch threads
-# process prompts ~2x faster; generation gains nothing from a second thread.
+# On this 2-core machine llama.cpp's threads wait for each other by spinning, so generation
+# with n_threads=2 stalls (~1 token/s measured) and uses one thread. Prompt processing with 2
+# batch threads is ~2x faster on an idle machine but 3-5x slower than one thread while another
+# process keeps a core busy; R2MED_LLAMA_BATCH_THREADS=1 is for running jobs side by side.
 N_THREADS = 1
-N_THREADS_BATCH = 1
+N_THREADS_BATCH = int(os.environ.get("R2MED_LLAMA_BATCH_THREADS", "2"))
 _CHUNK = 1 << 22  # 4 MiB: streaming copy and hash without holding the model in memory
 
 
