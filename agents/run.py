@@ -300,9 +300,8 @@ async def run_task(
 
 
 def _searches_per_query(records: dict) -> float:
-    searches = sum(
-        1 for r in records.values() for s in r["steps"] if s.get("node") in {"retrieve", "search"}
-    )
+    """Searches the agent chose to make (iterative agents' "search" steps), per query."""
+    searches = sum(1 for r in records.values() for s in r["steps"] if s.get("node") == "search")
     return round(searches / max(1, len(records)), 3)
 
 
