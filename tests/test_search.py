@@ -1,0 +1,133 @@
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from eval.datasets import Task, load_folder
+from eval.evaluate import evaluate
+from retrievers.hybrid import HybridRetriever, rrf_fuse
+from retrievers.search import (
+    RETRIEVERS,
+    BM25Retriever,
+    DenseRetriever,
+    Retriever,
+    SearchRequest,
+    build_retriever,
+)
+
+CORPUS = {
+    "apple": "apple orchards grow apple trees",
+    "banana": "banana plantations export bananas",
+    "cherry": "cherry blossoms in spring",
+    "fruit": "apple and banana are fruit",
+}
+
+
+def tiny_task(corpus: dict[str, str] = CORPUS, name: str = "tiny") -> Task:
+    return Task(name, corpus, {"q1": "apple"}, {"q1": {"apple": 1}}, Path("."))
+
+
+@dataclass
+class Fixed:
+    """A retriever returning a fixed ranked list, ignoring the request."""
+
+    ranked: list[str]
+    name: str = "fixed"
+
+    def search(self, request: SearchRequest, k: int = 100) -> dict[str, float]:
+        return {d: float(len(self.ranked) - i) for i, d in enumerate(self.ranked[:k])}
+
+
+def test_bm25_scores_sparse_text_when_given(tmp_path):
+    bm25 = build_retriever("bm25", tiny_task(), tmp_path, progress=False)
+    assert isinstance(bm25, BM25Retriever) and isinstance(bm25, Retriever)
+    by_query = bm25.search(SearchRequest("apple"))
+    assert next(iter(by_query)) == "apple" and "banana" not in by_query
+    by_sparse = bm25.search(SearchRequest("apple", expansion="apple", sparse_text="banana"))
+    assert next(iter(by_sparse)) == "banana" and "apple" not in by_sparse
+    # an empty sparse_text falls back to the query, like None
+    assert bm25.search(SearchRequest("apple", sparse_text="")) == by_query
+
+
+def test_bm25_options_reach_the_index(tmp_path):
+    okapi = build_retriever("bm25", tiny_task(), tmp_path, False, bm25_method="okapi", k1=1.2)
+    assert okapi.index.method == "okapi" and okapi.index.params["k1"] == 1.2
+
+
+def test_rrf_matches_a_hand_computation():
+    run_a = {"q": {"d1": 9.0, "d2": 5.0, "d3": 1.0}}
+    run_b = {"q": {"d3": 0.9, "d4": 0.8, "d1": 0.1}}
+    got = rrf_fuse([run_a, run_b], k=10, rrf_k=60)["q"]
+    expected = {
+        "d1": 1 / 61 + 1 / 63,
+        "d3": 1 / 63 + 1 / 61,
+        "d2": 1 / 62,
+        "d4": 1 / 62,
+    }
+    assert got == pytest.approx(expected)
+    # equal fused scores are ordered by doc id; the rest by decreasing score
+    assert list(got) == ["d1", "d3", "d2", "d4"]
+    assert list(rrf_fuse([run_a, run_b], k=2)["q"]) == ["d1", "d3"]
+
+
+def test_hybrid_fuses_member_lists_with_rrf():
+    hybrid = HybridRetriever([Fixed(["a", "b", "c"]), Fixed(["c", "d"], name="other")], rrf_k=1)
+    got = hybrid.search(SearchRequest("x"), k=3)
+    # rrf_k=1: a 1/2, b 1/3, c 1/4 + 1/2, d 1/3
+    assert got == pytest.approx({"c": 0.75, "a": 0.5, "b": 1 / 3})
+    assert list(got) == ["c", "a", "b"]
+    assert hybrid.name == "fixed+other"
+
+
+def test_hybrid_survives_a_member_with_no_results():
+    hybrid = HybridRetriever([Fixed([]), Fixed(["x", "y"])])
+    assert list(hybrid.search(SearchRequest("q"))) == ["x", "y"]
+
+
+def test_factory_builds_hybrids_and_rejects_unknown_specs(tmp_path):
+    hybrid = build_retriever("bm25+dense", tiny_task(), tmp_path, progress=False)
+    assert isinstance(hybrid, HybridRetriever) and hybrid.name == "bm25+dense"
+    assert [type(m) for m in hybrid.members] == [BM25Retriever, DenseRetriever]
+    assert next(iter(hybrid.search(SearchRequest("apple trees"), k=2))) == "apple"
+    for bad in ("bm26", "dense+colbert", "api", "bm25:okapi", ""):
+        with pytest.raises(ValueError, match="valid: bm25, dense"):
+            build_retriever(bad, tiny_task(), tmp_path, progress=False)
+    assert set(RETRIEVERS) >= {"bm25", "dense"}
+
+
+def test_dense_retriever_batches_requests_and_averages_expansions(tmp_path):
+    dense = build_retriever("dense", tiny_task(), tmp_path, progress=False)
+    requests = {
+        "plain": SearchRequest("cherry blossoms"),
+        "expanded": SearchRequest("which fruit?", expansion="bananas from plantations"),
+    }
+    many = dense.search_many(requests, k=4)
+    for qid, request in requests.items():
+        assert dense.search(request, k=4) == pytest.approx(many[qid], abs=1e-5)
+    assert next(iter(many["plain"])) == "cherry"
+    assert many["expanded"] != dense.search(SearchRequest("which fruit?"), k=4)
+    vec = dense.index.encode_requests(["which fruit?"], ["bananas from plantations"])
+    q = dense.index.encode_queries(["which fruit?"])
+    e = dense.index.encode(["bananas from plantations"])
+    assert vec == pytest.approx((q + e) / 2, abs=1e-6)
+
+
+def test_dense_on_a_scifact_subset_finds_the_relevant_abstracts(scifact_dir, tmp_path):
+    """Real data, kept small: the relevant docs of 40 queries plus distractors, 150 docs."""
+    task = load_folder(scifact_dir)
+    queries = [q for q in task.queries if q in task.qrels][:40]
+    keep = {d for q in queries for d in task.qrels[q] if d in task.corpus}
+    for doc_id in task.corpus:
+        if len(keep) >= 150:
+            break
+        keep.add(doc_id)
+    subset = Task(
+        "scifact",
+        {d: task.corpus[d] for d in task.corpus if d in keep},
+        {q: task.queries[q] for q in queries},
+        {q: task.qrels[q] for q in queries},
+        scifact_dir,
+    )
+    dense = build_retriever("dense", subset, tmp_path, progress=False)
+    run = dense.search_many({q: SearchRequest(t) for q, t in subset.queries.items()}, k=10)
+    assert evaluate(subset.qrels, run, k_values=[10]).mean["NDCG@10"] > 0.6
