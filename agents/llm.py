@@ -65,6 +65,29 @@ RETRY_WAIT_MULTIPLIER_S = 1.0
 RETRY_MAX_WAIT_S = 60.0
 
 
+def check_model(model: str) -> None:
+    """Raise ValueError for a model string no provider would take, before any query runs."""
+    provider, _, name = model.partition("/")
+    if provider == "local":
+        from agents.local_llm import LOCAL_MODELS
+
+        if name not in LOCAL_MODELS:
+            raise ValueError(
+                f"unknown local model {model!r}; local models: "
+                + ", ".join(f"local/{n}" for n in LOCAL_MODELS)
+            )
+        return
+    if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
+        return
+    try:
+        litellm.get_llm_provider(model)
+    except Exception:
+        raise ValueError(
+            f"unknown model {model!r}: litellm knows no provider for it; name it as "
+            "provider/model, e.g. openai/gpt-4o-mini or ollama/qwen2.5"
+        ) from None
+
+
 @dataclass
 class Usage:
     """Calls, tokens, cost and time, summed per call, per query or per run."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.context import AgentContext
-from agents.llm import LLM, Usage
+from agents.llm import LLM, Usage, check_model
 from agents.registry import AGENTS, AgentSpec
 from agents.runner import ranking_of, run_queries
 from eval.datasets import R2MED_TASKS, DataError, Task, load_tasks
@@ -32,7 +32,7 @@ from eval.report import leaderboard_markdown, results_json, write_per_query, wri
 from eval.trec import write_run
 from prompts import load_prompt, parse_prompt_overrides
 from retrievers.bm25 import BM25_METHODS
-from retrievers.search import RETRIEVERS, Retriever, SearchRequest, build_retriever
+from retrievers.search import RETRIEVERS, Retriever, SearchRequest, build_retriever, check_spec
 
 log = logging.getLogger("agents.run")
 
@@ -325,6 +325,9 @@ async def amain(args: argparse.Namespace) -> int:
     spec = AGENTS[args.agent]
     cache_dir = args.cache_dir or default_cache_dir()
     try:
+        check_spec(args.retriever)
+        if spec.uses_llm:
+            check_model(args.model)
         tasks = load_tasks(args.dataset, cache_dir)
         overrides = parse_prompt_overrides(args.prompt)
         prompts = prompt_hashes(spec, tasks, overrides)

@@ -85,6 +85,14 @@ class DenseRetriever:
         return dict(zip(requests, self.index.search_vectors(vecs, k), strict=True))
 
 
+def check_spec(spec: str) -> None:
+    """Raise ValueError for a retriever spec `build_retriever` would refuse, before any work."""
+    for part in (p.strip() for p in spec.split("+")):
+        kind, _, arg = part.partition(":")
+        if not ((kind == "bm25" and not arg) or kind == "dense" or (kind == "api" and arg)):
+            raise ValueError(f"unknown retriever {part!r}; valid: {', '.join(RETRIEVERS)}")
+
+
 def build_retriever(
     spec: str,
     task: Task,
@@ -93,6 +101,7 @@ def build_retriever(
     **options: Any,
 ) -> Retriever:
     """Build the retriever ``spec`` names over ``task``'s corpus (see the module docstring)."""
+    check_spec(spec)
     parts = [p.strip() for p in spec.split("+")]
     if len(parts) > 1:
         from .hybrid import MIN_DEPTH, RRF_K, HybridRetriever

@@ -122,3 +122,20 @@ def test_scifact_bm25_reaches_beir_published_figure(scifact_dir, tmp_path):
     assert scores["lucene"]["NDCG@10"] >= 0.665
     # R2MED's variant squares idf; on SciFact it lands within a point of standard BM25
     assert abs(scores["bm25q"]["NDCG@10"] - scores["lucene"]["NDCG@10"]) < 0.02
+
+
+@pytest.mark.parametrize(
+    "flag, value, expected",
+    [
+        ("--retriever", "bm26", "unknown retriever 'bm26'"),
+        ("--model", "local/gpt-5", "unknown local model 'local/gpt-5'"),
+        ("--model", "nosuchprovider/x", "unknown model 'nosuchprovider/x'"),
+        ("--dataset", "no-such-task", "no-such-task"),
+    ],
+)
+def test_unknown_names_are_one_line_errors(env, capsys, flag, value, expected):
+    args = ["--agent", "hyde", "--dataset", str(env["data"]), "--runs-dir", str(env["runs"])]
+    assert main([*args, "--cache-dir", str(env["cache"]), flag, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and expected in err[0]
+    assert not env["runs"].exists()  # refused before anything was written
