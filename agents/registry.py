@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agents import baseline, generate_retrieve
+from agents import baseline, generate_retrieve, search_loop, search_o1, search_r1
 from agents.context import AgentContext
 
 
@@ -20,9 +20,12 @@ class AgentSpec:
     name: str
     description: str
     build_graph: Callable[[AgentContext], Any]
-    prompts: tuple[str, ...] = ()  # prompt families it loads, recorded with their hashes
+    # prompts it loads, recorded with their hashes: a family ("hyde", resolved per task) or one
+    # file of a family ("search-o1/documents")
+    prompts: tuple[str, ...] = ()
     uses_llm: bool = True
     defaults: dict[str, Any] = field(default_factory=dict)  # its options (--max-turns, ...)
+    check_options: Callable[[dict[str, Any]], None] | None = None  # raises ValueError
 
 
 AGENTS: dict[str, AgentSpec] = {
@@ -35,4 +38,20 @@ AGENTS: dict[str, AgentSpec] = {
         )
         for name, spec in generate_retrieve.SPECS.items()
     },
+    "search-o1": AgentSpec(
+        "search-o1",
+        "Search-o1: search mid-reasoning, Reason-in-Documents; ranks with the answer",
+        search_o1.build_graph,
+        search_o1.PROMPTS,
+        defaults=search_o1.DEFAULTS,
+        check_options=search_loop.check_options,
+    ),
+    "search-r1": AgentSpec(
+        "search-r1",
+        "Search-R1: think/search/answer turns; ranks with the last think + answer",
+        search_r1.build_graph,
+        search_r1.PROMPTS,
+        defaults=search_r1.DEFAULTS,
+        check_options=search_loop.check_options,
+    ),
 }

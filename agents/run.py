@@ -186,10 +186,14 @@ def _write_json(path: Path, value: object) -> None:
 def prompt_hashes(spec: AgentSpec, tasks: list[Task], overrides: dict[str, Path]) -> dict:
     """The exact prompt texts a run will use, by name and hash, so runs are comparable."""
     hashes = {}
-    for family in spec.prompts:
-        for task in tasks:
-            prompt = load_prompt(family, overrides=overrides, task=task.name)
-            hashes[prompt.name] = prompt.sha256
+    for name in spec.prompts:
+        family, _, variant = name.partition("/")
+        if variant:  # one fixed file, replaced only by its own override
+            own = {k: v for k, v in overrides.items() if k == name}
+            prompts = [load_prompt(family, variant, own)]
+        else:
+            prompts = [load_prompt(family, overrides=overrides, task=t.name) for t in tasks]
+        hashes.update({p.name: p.sha256 for p in prompts})
     return hashes
 
 
@@ -210,6 +214,8 @@ def agent_options(spec: AgentSpec, pairs: list[str]) -> dict[str, Any]:
             )
         except ValueError:
             raise ValueError(f"--option {pair!r}: expected a {type(default).__name__}") from None
+    if spec.check_options:
+        spec.check_options(options)
     return options
 
 

@@ -175,7 +175,8 @@ def test_missing_placeholder_value_names_prompt_and_placeholder():
 def test_unknown_prompt_name_lists_known_ones():
     with pytest.raises(
         PromptError,
-        match="known prompts: hyde, lamer, query2doc, query2doc-examples, reason, system",
+        match="known prompts: hyde, lamer, query2doc, query2doc-examples, reason, search-o1, "
+        "search-r1, system",
     ):
         load_prompt("hide", "exam")
 

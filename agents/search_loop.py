@@ -1,0 +1,222 @@
+"""What the iterative search agents (search-o1, search-r1) share: the transcript in either LLM
+mode, tag parsing, and the final ranking that turns a trajectory into one ranked list.
+
+Transcript. A trajectory is a list of segments: the model's outputs ("model") and what the
+agent puts back in (search results, canned messages, nudges: "env"). It becomes messages in
+one of two LLM modes:
+
+* ``continue``: [user(prompt), assistant(every segment joined)]. The model continues its own
+  unfinished turn, with the results spliced into its text, as Search-o1 and Search-R1 run
+  with vLLM. Needs a backend that continues a trailing assistant message: ``local/`` models
+  do (agents/local_llm.py renders ChatML without closing the last turn).
+* ``chat``: each model output is an assistant message and what follows it a user message,
+  for chat APIs that always start a new assistant turn.
+* ``auto`` (default): ``continue`` for ``local/`` models, ``chat`` for everything else (API
+  models, ``scripted/`` test models, OpenAI-compatible servers).
+
+Final ranking (option ``final_ranking``), always retrieved at ``ctx.depth`` with ``ctx.retriever``:
+
+* ``answer`` (default): the final answer is searched like a HyDE passage, as R2MED evaluates
+  generated text: BM25 scores the answer alone, dense retrievers average the query's and the
+  answer's embeddings. An empty answer, or one that matches no document, falls back to the
+  query, and the step says so.
+* ``fuse``: reciprocal-rank fusion (retrievers.hybrid.rrf_fuse) of every list the agent
+  retrieved on the way plus the ``answer`` list; with no search it is the ``answer`` list.
+* ``trace``: the whole reasoning trace, tags removed, as BM25 text and dense expansion.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agents.context import AgentContext, AgentState, search_step
+from prompts import Prompt, load_prompt
+from retrievers.search import SearchRequest
+
+LLM_MODES = ("auto", "continue", "chat")
+FINAL_RANKINGS = ("answer", "fuse", "trace")
+
+
+class SearchState(AgentState, total=False):
+    segments: list[dict[str, Any]]  # {"role": "model" | "env", "text", "wrap"}; replaced whole
+    turns: int  # reasoning LLM calls so far
+    searches: int  # retrievals made (canned answers are not searches)
+    queries: list[str]  # the queries searched, for Search-o1's repeated-query check
+    call: str | None  # the search query of the newest turn, if it asked for one
+    done: bool  # the newest turn ended the trajectory (an answer, or no search call)
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Fail at graph build time, not mid-run, on an option value the agents cannot use."""
+    if options["llm_mode"] not in LLM_MODES:
+        raise ValueError(f"llm_mode must be one of {LLM_MODES}, got {options['llm_mode']!r}")
+    if options["final_ranking"] not in FINAL_RANKINGS:
+        raise ValueError(
+            f"final_ranking must be one of {FINAL_RANKINGS}, got {options['final_ranking']!r}"
+        )
+    for key in ("max_turns", "top_k", "doc_words"):
+        if options[key] < 1:
+            raise ValueError(f"{key} must be at least 1, got {options[key]}")
+
+
+def resolve_llm_mode(ctx: AgentContext) -> str:
+    mode = ctx.options["llm_mode"]
+    if mode != "auto":
+        return mode
+    model = ctx.llm.model if ctx.llm is not None else ""
+    return "continue" if model.startswith("local/") else "chat"
+
+
+def model_segment(text: str) -> dict[str, Any]:
+    return {"role": "model", "text": text, "wrap": False}
+
+
+def env_segment(text: str, wrap: bool = True) -> dict[str, Any]:
+    """Text the agent adds; ``wrap`` = in chat mode it goes inside the agent's chat prompt
+    (search results do; nudges that already speak to the model do not)."""
+    return {"role": "env", "text": text, "wrap": wrap}
+
+
+def build_messages(
+    prompt: str, segments: list[dict[str, Any]], mode: str, chat_wrap: Any
+) -> list[dict[str, str]]:
+    """The messages for the next reasoning call (see the module docstring for the modes)."""
+    messages = [{"role": "user", "content": prompt}]
+    if mode == "continue":
+        if segments:
+            messages.append({"role": "assistant", "content": "".join(s["text"] for s in segments)})
+        return messages
+    for segment in segments:
+        if segment["role"] == "model":
+            messages.append({"role": "assistant", "content": segment["text"]})
+            continue
+        text = segment["text"].strip()
+        if segment["wrap"]:
+            text = chat_wrap.render(observation=text)
+        if messages[-1]["role"] == "user":
+            # Chat APIs want turns to alternate: what the agent adds back to back is one message
+            # (and text added before the first output joins the prompt).
+            messages[-1] = {**messages[-1], "content": f"{messages[-1]['content']}\n\n{text}"}
+        else:
+            messages.append({"role": "user", "content": text})
+    return messages
+
+
+def transcript(segments: list[dict[str, Any]]) -> str:
+    """The trajectory as one text, the same in both modes (what ``continue`` shows the model)."""
+    return "".join(s["text"] for s in segments)
+
+
+def parse_call(
+    text: str, begin: str, end: str, finish_reason: str | None
+) -> tuple[str | None, str]:
+    """Find a tool call at the end of a model output: returns (call, text to keep).
+
+    ``call`` is the text after the LAST ``begin`` tag (a nested or repeated begin counts from
+    the innermost), stripped; None when there is no begin tag, or when the output was cut at
+    max_tokens (finish_reason "length") before the ``end`` tag: that is unfinished writing,
+    not a request. The stop string is not part of the returned text, so a begin tag without
+    an end tag at a normal finish is a complete call. If the backend ignored the stop and
+    wrote on past ``end``, the text after it is dropped. The kept text ends with ``end``.
+    """
+    start = text.rfind(begin)
+    if start < 0:
+        return None, text
+    rest = text[start + len(begin) :]
+    close = rest.find(end)
+    if close >= 0:
+        return rest[:close].strip(), text[: start + len(begin) + close] + end
+    if finish_reason == "length":
+        return None, text
+    return rest.strip(), text + end
+
+
+def sub_prompt(ctx: AgentContext, family: str, variant: str) -> Prompt:
+    """A helper prompt stored as a variant of the agent's family (e.g. search-o1/documents).
+
+    Only its own override ("--prompt search-o1/documents=...") replaces it: a family-wide
+    "--prompt search-o1=..." is meant for the agent's main prompt.
+    """
+    key = f"{family}/{variant}"
+    return load_prompt(family, variant, {k: v for k, v in ctx.prompt_overrides.items() if k == key})
+
+
+def format_docs(texts: list[str], max_words: int, template: str) -> str:
+    """Number retrieved documents with ``template`` ({i}, {text}), each cut to max_words."""
+    return "".join(
+        template.format(i=i, text=" ".join(text.split()[:max_words]))
+        for i, text in enumerate(texts, 1)
+    )
+
+
+_TAG = re.compile(r"<\|?/?[a-z_]+\|?>")
+
+
+def strip_tags(text: str) -> str:
+    """Drop protocol tags (<think>, <|begin_search_query|>, ...) so BM25 does not match them."""
+    return " ".join(_TAG.sub(" ", text).split())
+
+
+async def final_ranking(
+    ctx: AgentContext, state: SearchState, answer: str, passage: str | None = None
+) -> dict[str, Any]:
+    """The state update of the "final" node: the ranking, its step and the generated texts.
+
+    ``passage`` is what the ``answer`` and ``fuse`` modes search with (default: the answer).
+    """
+    mode = ctx.options["final_ranking"]
+    query = state["query"]
+    trace = transcript(state.get("segments", []))
+    generated = {"answer": answer, "reasoning": trace}
+    if passage is not None:
+        generated["passage"] = passage
+    note: dict[str, Any] = {"final_ranking": mode}
+
+    if mode == "trace":
+        text = strip_tags(trace)
+        if not text:
+            text = query
+            note["note"] = "empty trace; searched with the query instead"
+        ranking, step = search_step(
+            ctx.retriever,
+            "final",
+            SearchRequest(query=query, expansion=text, sparse_text=text),
+            ctx.depth,
+        )
+        return {"steps": [step | note], "ranking": ranking, "generated": generated}
+
+    text = (answer if passage is None else passage).strip()
+    if not text:
+        text = query
+        note["note"] = "empty answer; searched with the query instead"
+    ranking, step = search_step(
+        ctx.retriever,
+        "final",
+        SearchRequest(query=query, expansion=text, sparse_text=text),
+        ctx.depth,
+    )
+    if not ranking and text != query:
+        # BM25 finds nothing for an answer without a corpus term ("More."); an empty list
+        # would score 0 where the query alone finds something.
+        ranking, step = search_step(ctx.retriever, "final", SearchRequest(query=query), ctx.depth)
+        note["note"] = "the answer matched no document; searched with the query instead"
+    if mode == "fuse":
+        lists = [
+            # ranks are what RRF uses; rebuilding scores from ranks avoids ties from rounding
+            {doc: float(len(s["doc_ids"]) - i) for i, doc in enumerate(s["doc_ids"])}
+            for s in state.get("steps", [])
+            if s.get("node") == "search"
+        ]
+        note["fused_lists"] = len(lists) + 1
+        if lists:
+            from retrievers.hybrid import rrf_fuse
+
+            runs = [{"q": r} for r in (*lists, ranking)]
+            ranking = rrf_fuse(runs, ctx.depth)["q"]
+            step = step | {
+                "doc_ids": list(ranking),
+                "scores": [round(s, 6) for s in ranking.values()],
+            }
+    return {"steps": [step | note], "ranking": ranking, "generated": generated}

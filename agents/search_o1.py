@@ -1,0 +1,250 @@
+"""Search-o1 (Li et al., 2025, arXiv 2501.05366): a reasoning model searches in mid-thought.
+
+The model reasons until it writes ``<|begin_search_query|> q <|end_search_query|>`` (generation
+stops at the end tag). The query is searched (top_k documents from ``ctx.retriever``), and
+Reason-in-Documents, a second LLM call over the previous reasoning, the query and the
+documents, condenses them into the "Final Information" that goes back into the reasoning as
+``<|begin_search_result|> ... <|end_search_result|>``; then the model goes on. A trajectory
+ends when a turn asks for no search; its answer (the last turn's text after its last
+``</think>``) is ranked by `agents.search_loop`.
+
+Limits follow Search-o1's code: past ``max_searches`` or for a query already searched, the
+result block holds their canned message instead of documents. Ours: an empty query gets a
+canned message too, and ``max_turns`` reasoning calls end the trajectory even if the model
+still wants to search (a "limit" step says so). An output cut at max_tokens inside an
+unclosed search query is unfinished reasoning, not a search: the trajectory ends with it.
+
+LLM modes (option ``llm_mode``, see agents/final_ranking.py): ``local/`` models continue
+their own partial assistant turn, as Search-o1 runs with vLLM; chat APIs (litellm providers,
+``scripted/``) get each result as a user message.
+
+Graph: START -> reason -> (search -> [documents] -> reason)* -> [limit] -> final -> END.
+Trace nodes: "reason" and "documents" (LLM calls), "search" (a retrieval; only these count as
+searches), "search_skipped" (a canned message), "limit", "final" (the final ranking).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from langgraph.graph import END, START, StateGraph
+
+from agents.context import AgentContext, answer_text, llm_step, search_step
+from agents.search_loop import (
+    SearchState,
+    build_messages,
+    check_options,
+    env_segment,
+    final_ranking,
+    format_docs,
+    model_segment,
+    parse_call,
+    resolve_llm_mode,
+    sub_prompt,
+    transcript,
+)
+from prompts import load_prompt
+from retrievers.search import SearchRequest
+
+BEGIN_QUERY = "<|begin_search_query|>"
+END_QUERY = "<|end_search_query|>"
+BEGIN_RESULT = "<|begin_search_result|>"
+END_RESULT = "<|end_search_result|>"
+
+# Search-o1's own canned results (scripts/run_search_o1.py); the empty-query one is ours.
+REPEATED_QUERY = "You have searched this query. Please refer to previous results."
+SEARCH_LIMIT = "The maximum search limit is exceeded. You are not allowed to search."
+EMPTY_QUERY = f"Empty search query. Write your query between {BEGIN_QUERY} and {END_QUERY}."
+NO_INFORMATION = "No helpful information found."
+
+DOC_TEMPLATE = "**Document {i}:**\n{text}\n"  # theirs: "**Web Page {i}:**\n" + the page as JSON
+
+DEFAULTS: dict[str, Any] = {
+    "final_ranking": "answer",
+    "max_searches": 10,
+    "max_turns": 15,
+    "top_k": 10,
+    "llm_mode": "auto",
+    "doc_words": 400,  # each document is cut to this many words for Reason-in-Documents
+}
+PROMPTS = ("search-o1", "search-o1/documents", "search-o1/chat")
+
+
+class SearchO1State(SearchState, total=False):
+    hits: list[str]  # doc ids of the newest search, waiting for Reason-in-Documents
+
+
+def truncate_reasoning(reasoning: str) -> str:
+    """The previous reasoning as Reason-in-Documents sees it, as Search-o1's code builds it.
+
+    Lines become "Step i: ..." steps; past 5 steps only the first, the last 4 (the last of
+    which is the empty string after the final separator) and every step holding a search
+    query or result are kept, each run of dropped steps becoming "...".
+    """
+    lines = reasoning.replace("\n\n", "\n").split("\n")
+    steps = "".join(f"Step {i}: {line}\n\n" for i, line in enumerate(lines, 1)).split("\n\n")
+    if len(steps) <= 5:
+        return "\n\n".join(steps).strip("\n")
+    kept = ""
+    for i, step in enumerate(steps):
+        if i == 0 or i >= len(steps) - 4 or BEGIN_QUERY in step or BEGIN_RESULT in step:
+            kept += step + "\n\n"
+        elif not kept.endswith("\n\n...\n\n"):
+            kept += "...\n\n"
+    return kept.strip("\n")
+
+
+def final_information(text: str) -> str:
+    """What Reason-in-Documents found: the text after its last "Final Information" heading.
+
+    Search-o1 deletes the newlines (``replace("\\n", "")``) so the result stays one step for
+    `truncate_reasoning`; we join the lines with spaces, which keeps that and the word breaks.
+    Without the heading the whole answer is used.
+    """
+    text = answer_text(text)
+    for marker in ("**Final Information**", "Final Information:"):
+        if marker in text:
+            text = text.rsplit(marker, 1)[-1]
+            break
+    text = " ".join(line.strip() for line in text.strip("`*: \n").splitlines() if line.strip())
+    return text.strip("`").strip() or NO_INFORMATION
+
+
+def result_segment(information: str) -> dict[str, Any]:
+    return env_segment(f"\n\n{BEGIN_RESULT}{information}{END_RESULT}\n\n")
+
+
+def canned_segment(message: str) -> dict[str, Any]:
+    return env_segment(f"\n{BEGIN_RESULT}\n{message}\n{END_RESULT}\n")
+
+
+def final_answer(segments: list[dict[str, Any]]) -> str:
+    """The last turn's text after its last ``</think>``, without an unexecuted search call."""
+    last = next((s["text"] for s in reversed(segments) if s["role"] == "model"), "")
+    return answer_text(last.split(BEGIN_QUERY, 1)[0] if BEGIN_QUERY in last else last)
+
+
+def build_graph(ctx: AgentContext) -> Any:
+    # Defaults first, so a context built by hand (tests, notebooks) may name only some options.
+    ctx = replace(ctx, options={**DEFAULTS, **ctx.options})
+    options = ctx.options
+    check_options(options)
+    mode = resolve_llm_mode(ctx)
+    max_turns, max_searches = options["max_turns"], options["max_searches"]
+    instruction = load_prompt("search-o1", overrides=ctx.prompt_overrides, task=ctx.task)
+    documents_prompt = sub_prompt(ctx, "search-o1", "documents")
+    chat_prompt = sub_prompt(ctx, "search-o1", "chat")
+
+    async def reason(state: SearchO1State) -> dict:
+        segments = state.get("segments", [])
+        prompt = instruction.render(query=state["query"], max_searches=max_searches)
+        messages = build_messages(prompt, segments, mode, chat_prompt)
+        text, step = await llm_step(ctx, "reason", messages, stop=[END_QUERY])
+        call, kept = parse_call(text, BEGIN_QUERY, END_QUERY, step["finish_reason"])
+        step |= {"llm_mode": mode, "search_query": call}
+        step["prompt"] = {"name": instruction.name, "sha256": instruction.sha256}
+        steps = [step]
+        if step["finish_reason"] == "length" and call is None:
+            cut = "inside an unclosed search query" if BEGIN_QUERY in text else "mid-reasoning"
+            steps.append(
+                {
+                    "node": "limit",
+                    "reason": f"output cut at max_tokens {cut}; treated as unfinished "
+                    "reasoning (no search), the trajectory ends with it",
+                }
+            )
+        return {
+            "steps": steps,
+            "segments": [*segments, model_segment(kept)],
+            "turns": state.get("turns", 0) + 1,
+            "call": call,
+        }
+
+    def after_reason(state: SearchO1State) -> str:
+        if state.get("call") is None:
+            return "final"
+        return "limit" if state["turns"] >= max_turns else "search"
+
+    async def search(state: SearchO1State) -> dict:
+        query, searches = state["call"], state.get("searches", 0)
+        queries = state.get("queries", [])
+        segments = state["segments"]
+        refusal = _refusal(query, searches, max_searches, queries)
+        if refusal is not None:
+            step = {"node": "search_skipped", "query": query, "reason": refusal[0]}
+            return {
+                "steps": [step | {"message": refusal[1]}],
+                "segments": [*segments, canned_segment(refusal[1])],
+                "hits": [],
+            }
+        ranking, step = search_step(
+            ctx.retriever, "search", SearchRequest(query=query), options["top_k"]
+        )
+        update = {
+            "steps": [step],
+            "searches": searches + 1,
+            "queries": [*queries, query],
+            "hits": list(ranking),
+        }
+        if not ranking:  # nothing matched: no documents to reason over
+            update["segments"] = [*segments, result_segment(NO_INFORMATION)]
+        return update
+
+    def after_search(state: SearchO1State) -> str:
+        return "documents" if state.get("hits") else "reason"
+
+    async def documents(state: SearchO1State) -> dict:
+        segments = state["segments"]
+        texts = [ctx.corpus[doc_id] for doc_id in state["hits"]]
+        prompt = documents_prompt.render(
+            prev_reasoning=truncate_reasoning(transcript(segments)),
+            search_query=state["call"],
+            documents=format_docs(texts, options["doc_words"], DOC_TEMPLATE),
+        )
+        text, step = await llm_step(ctx, "documents", [{"role": "user", "content": prompt}])
+        information = final_information(text)
+        step["information"] = information
+        return {
+            "steps": [step],
+            "segments": [*segments, result_segment(information)],
+            "hits": [],
+        }
+
+    async def limit(state: SearchO1State) -> dict:
+        reason = (
+            f"max_turns ({max_turns}) reached while the model still asked to search "
+            f"({state['call']!r}); ranking with what it has"
+        )
+        return {"steps": [{"node": "limit", "reason": reason}]}
+
+    async def final(state: SearchO1State) -> dict:
+        return await final_ranking(ctx, state, final_answer(state.get("segments", [])))
+
+    graph = StateGraph(SearchO1State)
+    graph.add_node("reason", reason)
+    graph.add_node("search", search)
+    graph.add_node("documents", documents)
+    graph.add_node("limit", limit)
+    graph.add_node("final", final)
+    graph.add_edge(START, "reason")
+    graph.add_conditional_edges("reason", after_reason, ["search", "limit", "final"])
+    graph.add_conditional_edges("search", after_search, ["documents", "reason"])
+    graph.add_edge("documents", "reason")
+    graph.add_edge("limit", "final")
+    graph.add_edge("final", END)
+    # Up to 3 nodes per turn plus limit and final: our limits always end the run first.
+    return graph.compile().with_config(recursion_limit=3 * max_turns + 10)
+
+
+def _refusal(
+    query: str, searches: int, max_searches: int, queries: list[str]
+) -> tuple[str, str] | None:
+    """Why a search is not made, and the canned result that says so; None to search."""
+    if not query:
+        return "empty query", EMPTY_QUERY
+    if searches >= max_searches:  # Search-o1 checks the limit before the repeat
+        return "search limit", SEARCH_LIMIT
+    if query in queries:
+        return "repeated query", REPEATED_QUERY
+    return None

@@ -1,0 +1,411 @@
+"""search-o1 and search-r1 end to end, with scripted LLMs that play out a trajectory.
+
+Each `respond(messages, params)` decides the model's next output from what it is shown, so a
+trajectory is deterministic; `params["stop"]` holds the stop strings litellm passes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from agents import scripted
+from agents.context import AgentContext
+from agents.llm import LLM, Completion, Usage
+from agents.run import main
+from agents.search_loop import parse_call, strip_tags
+from agents.search_o1 import (
+    BEGIN_QUERY,
+    BEGIN_RESULT,
+    END_QUERY,
+    END_RESULT,
+    REPEATED_QUERY,
+    SEARCH_LIMIT,
+    truncate_reasoning,
+)
+from agents.search_o1 import build_graph as build_o1
+from agents.search_r1 import INVALID_ACTION, parse_action
+from agents.search_r1 import build_graph as build_r1
+from eval.datasets import load_tasks
+from retrievers.search import build_retriever
+
+ASPIRIN = "How does aspirin act on platelets?"
+
+
+@pytest.fixture
+def toy(tmp_path: Path, toy_dir: Path) -> dict:
+    return {"data": toy_dir, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
+
+
+def run(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
+    return main([
+        "--agent", agent, "--dataset", str(toy["data"]), "--model", "scripted/test",
+        "--runs-dir", str(toy["runs"]), "--cache-dir", str(toy["cache"]),
+        "--run-name", name, "--quiet", "--concurrency", "1", *extra,
+    ])  # fmt: skip
+
+
+def records(toy: dict, name: str = "run") -> dict[str, dict]:
+    lines = (toy["runs"] / name / "toy" / "queries.jsonl").read_text().splitlines()
+    return {r["query_id"]: r for r in map(json.loads, lines)}
+
+
+def nodes(record: dict) -> list[str]:
+    return [s["node"] for s in record["steps"]]
+
+
+def turn(messages: list[dict]) -> int:
+    """Which reasoning turn a call is (1-based), in either LLM mode."""
+    if messages[-1]["role"] == "assistant":  # continue mode: count the results spliced in
+        text = messages[-1]["content"]
+        return 1 + text.count(END_RESULT) + text.count("</information>") + text.count("invalid")
+    return 1 + sum(m["role"] == "assistant" for m in messages)
+
+
+def reading(messages: list[dict]) -> bool:
+    return messages[0]["content"].startswith("**Task Instruction:**")
+
+
+INFO = "Reading the documents.\n**Final Information**\n\nAspirin blocks\nplatelet cyclooxygenase."
+
+
+def o1_searcher(queries: list[str], answer: str = "Aspirin inhibits platelet cyclooxygenase."):
+    """A Search-o1 model that searches `queries` in turn, then answers."""
+    calls = []
+
+    def respond(messages: list[dict], params: dict) -> str:
+        calls.append({"messages": messages, "stop": params.get("stop")})
+        if reading(messages):
+            return INFO
+        n = turn(messages)
+        if n <= len(queries):
+            return f"Step {n}: I should look this up.\n\n{BEGIN_QUERY}{queries[n - 1]}"
+        return answer
+
+    return respond, calls
+
+
+# --- search-o1 through agents.run --------------------------------------------------------
+
+
+def test_o1_searches_reads_and_answers_in_chat_mode(toy):
+    respond, calls = o1_searcher(["aspirin platelets"])
+    scripted.install(respond)
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec) == ["reason", "search", "documents", "reason", "final"]
+    search = rec["steps"][1]
+    assert search["request"]["query"] == "aspirin platelets" and search["doc_ids"][0] == "d3"
+    reader = rec["steps"][2]["messages"][0]["content"]
+    assert "**Document 1:**\nAspirin irreversibly inhibits" in reader
+    assert "Step 1: Step 1: I should look this up." in reader  # Search-o1's step numbering
+    assert rec["steps"][2]["information"] == "Aspirin blocks platelet cyclooxygenase."
+    # chat mode (auto for non-local models): the result arrives as a user message
+    second = rec["steps"][3]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[1]["content"].endswith(f"{BEGIN_QUERY}aspirin platelets{END_QUERY}")
+    assert second[2]["content"].startswith(
+        f"{BEGIN_RESULT}Aspirin blocks platelet cyclooxygenase.{END_RESULT}"
+    )
+    assert "Continue your reasoning" in second[2]["content"]
+    assert all(c["stop"] == [END_QUERY] for c in calls if not reading(c["messages"]))
+    assert rec["generated"]["answer"] == "Aspirin inhibits platelet cyclooxygenase."
+    assert BEGIN_RESULT in rec["generated"]["reasoning"]
+    final = rec["steps"][-1]
+    assert final["request"]["sparse_text"] == rec["generated"]["answer"]
+    assert rec["ranking"][0][0] == "d3" and len(rec["ranking"]) > 0
+    metrics = json.loads((toy["runs"] / "run" / "toy" / "metrics.json").read_text())
+    assert metrics["searches_per_query"] == 1.0
+
+
+def test_o1_continue_mode_splices_the_result_into_the_assistant_turn(toy):
+    respond, _ = o1_searcher(["aspirin platelets"])
+    scripted.install(respond)
+    assert run(toy, "search-o1", "--option", "llm_mode=continue") == 0
+    rec = records(toy)["q2"]
+    second = rec["steps"][3]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant"]
+    assert second[1]["content"].endswith(
+        f"{BEGIN_QUERY}aspirin platelets{END_QUERY}\n\n"
+        f"{BEGIN_RESULT}Aspirin blocks platelet cyclooxygenase.{END_RESULT}\n\n"
+    )
+    assert rec["steps"][0]["llm_mode"] == "continue"
+    assert "The maximum number of search attempts is limited to 10." in second[0]["content"]
+
+
+def test_o1_without_search_answers_at_once(toy):
+    scripted.install(lambda m, p: "<think>statins</think>Statins lower cholesterol.")
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q3"]
+    assert nodes(rec) == ["reason", "final"]
+    assert rec["generated"]["answer"] == "Statins lower cholesterol."
+    assert rec["ranking"][0][0] == "d4"
+
+
+def test_o1_repeated_query_gets_the_canned_message_without_a_search(toy):
+    respond, _ = o1_searcher(["aspirin platelets", "aspirin platelets"])
+    scripted.install(respond)
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec).count("search") == 1
+    skipped = next(s for s in rec["steps"] if s["node"] == "search_skipped")
+    assert skipped["reason"] == "repeated query" and skipped["message"] == REPEATED_QUERY
+    third = [s for s in rec["steps"] if s["node"] == "reason"][2]["messages"]
+    assert f"{BEGIN_RESULT}\n{REPEATED_QUERY}\n{END_RESULT}" in third[-1]["content"]
+
+
+def test_o1_search_limit_refuses_the_second_search(toy):
+    respond, _ = o1_searcher(["aspirin platelets", "cyclooxygenase"])
+    scripted.install(respond)
+    assert run(toy, "search-o1", "--max-searches", "1") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec).count("search") == 1
+    skipped = next(s for s in rec["steps"] if s["node"] == "search_skipped")
+    assert skipped["reason"] == "search limit" and skipped["message"] == SEARCH_LIMIT
+    first = rec["steps"][0]["messages"][0]["content"]
+    assert "The maximum number of search attempts is limited to 1." in first
+
+
+def test_o1_max_turns_ends_a_model_that_searches_forever(toy):
+    def respond(messages, params):
+        if reading(messages):
+            return INFO
+        return f"More.\n\n{BEGIN_QUERY}aspirin query {turn(messages)}"
+
+    scripted.install(respond)
+    assert run(toy, "search-o1", "--max-turns", "20", "--max-searches", "30") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec).count("reason") == 20 and nodes(rec).count("search") == 19
+    assert nodes(rec)[-2:] == ["limit", "final"]
+    assert "max_turns (20)" in rec["steps"][-2]["reason"]
+    assert rec["generated"]["answer"] == "More."  # the unexecuted search call is cut off
+    # "More." matches no document: the ranking falls back to the query rather than nothing
+    assert rec["steps"][-1]["note"].startswith("the answer matched no document")
+    assert rec["ranking"][0][0] == "d3" and rec["error"] is None
+
+
+def test_o1_llm_error_mid_trajectory_fails_that_query_only(toy, capsys):
+    respond, _ = o1_searcher(["aspirin platelets"])
+
+    def failing(messages, params):
+        if ASPIRIN in messages[0]["content"] and turn(messages) == 2:
+            return ValueError("scripted failure")
+        return respond(messages, params)
+
+    scripted.install(failing)
+    assert run(toy, "search-o1") == 1
+    recs = records(toy)
+    assert "scripted failure" in recs["q2"]["error"]
+    assert recs["q1"]["error"] is None and recs["q1"]["ranking"]
+    assert "1 queries failed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode", ["answer", "fuse", "trace"])
+def test_o1_final_ranking_modes(toy, mode):
+    respond, _ = o1_searcher(["aspirin platelets"], answer="Statins lower cholesterol.")
+    scripted.install(respond)
+    assert run(toy, "search-o1", "--final-ranking", mode, name=mode) == 0
+    rec = records(toy, mode)["q2"]
+    final = rec["steps"][-1]
+    assert final["node"] == "final" and final["final_ranking"] == mode
+    ranked = [d for d, _ in rec["ranking"]]
+    if mode == "answer":
+        assert final["request"]["sparse_text"] == "Statins lower cholesterol."
+        assert ranked[0] == "d4"
+    elif mode == "fuse":
+        # the search's list (aspirin: d3) and the answer's (statins: d4), fused
+        assert final["fused_lists"] == 2 and set(ranked[:2]) == {"d3", "d4"}
+    else:
+        text = final["request"]["sparse_text"]
+        assert "aspirin platelets" in text and "Statins" in text and "<|" not in text
+        assert text == strip_tags(rec["generated"]["reasoning"])
+
+
+def test_o1_fuse_without_search_is_the_answer_list(toy):
+    scripted.install(lambda m, p: "Statins lower cholesterol.")
+    assert run(toy, "search-o1", "--final-ranking", "fuse") == 0
+    rec = records(toy)["q3"]
+    assert rec["steps"][-1]["fused_lists"] == 1 and rec["ranking"][0][0] == "d4"
+
+
+def test_o1_empty_answer_falls_back_to_the_query(toy):
+    scripted.install(lambda m, p: "")
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q2"]
+    assert rec["steps"][-1]["note"].startswith("empty answer")
+    assert rec["ranking"][0][0] == "d3"
+
+
+def test_bad_option_value_is_a_clear_error(toy, capsys):
+    scripted.install(lambda m, p: "")
+    assert run(toy, "search-o1", "--option", "llm_mode=stream") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "llm_mode" in err[0]
+    assert not toy["runs"].exists()  # refused before the run folder was made
+
+
+# --- malformed tags ------------------------------------------------------------------------
+
+
+def test_parse_call_handles_malformed_tags():
+    b, e = BEGIN_QUERY, END_QUERY
+    assert parse_call("plain reasoning", b, e, "stop") == (None, "plain reasoning")
+    assert parse_call(f"x {b} q ", b, e, "stop") == ("q", f"x {b} q {e}")  # stop string cut
+    assert parse_call(f"x {b} q", b, e, "length")[0] is None  # cut at max_tokens: unfinished
+    assert parse_call(f"{b}{e}", b, e, "stop")[0] == ""  # empty query
+    assert parse_call(f"{b} a {b} b", b, e, "stop")[0] == "b"  # nested: after the LAST begin
+    # a backend that ignored the stop and made up a result: the made-up part is dropped
+    call, kept = parse_call(f"{b}q{e}{BEGIN_RESULT}fake{END_RESULT}", b, e, "stop")
+    assert call == "q" and kept == f"{b}q{e}"
+
+
+def test_truncate_reasoning_keeps_first_last_and_search_steps():
+    lines = [f"line {i}" for i in range(1, 11)]
+    lines[4] = f"{BEGIN_QUERY}q{END_QUERY}"
+    kept = truncate_reasoning("\n\n".join(lines))
+    assert kept.startswith("Step 1: line 1\n\n...\n\nStep 5: <|begin_search_query|>")
+    assert kept.endswith("...\n\nStep 8: line 8\n\nStep 9: line 9\n\nStep 10: line 10")
+    assert truncate_reasoning("a\nb") == "Step 1: a\n\nStep 2: b"
+
+
+class FakeLLM:
+    """Returns scripted texts with a chosen finish_reason (the scripted provider cannot)."""
+
+    model = "fake/test"
+
+    def __init__(self, outputs: list[tuple[str, str]]) -> None:
+        self.outputs = list(outputs)
+        self.calls: list[list[dict]] = []
+
+    async def chat(self, messages, stop=None, **params):
+        self.calls.append(messages)
+        text, finish = self.outputs.pop(0)
+        return Completion(text, finish, Usage(calls=1), False, self.model)
+
+
+def graph_run(toy: dict, build, llm, query: str = ASPIRIN, **options) -> dict:
+    task = load_tasks(str(toy["data"]), toy["cache"])[0]
+    bm25 = build_retriever("bm25", task, toy["cache"], progress=False)
+    ctx = AgentContext(bm25, bm25, task.corpus, task.name, llm, options=options)
+    state = {"query_id": "q", "query": query, "steps": [], "generated": {}}
+    return asyncio.run(build(ctx).ainvoke(state))
+
+
+def test_o1_unclosed_query_cut_at_max_tokens_is_not_a_search(toy):
+    llm = FakeLLM([(f"Aspirin acts on COX.\n\n{BEGIN_QUERY}aspirin plate", "length")])
+    state = graph_run(toy, build_o1, llm)
+    assert [s["node"] for s in state["steps"]] == ["reason", "limit", "final"]
+    assert "unclosed search query" in state["steps"][1]["reason"]
+    assert state["generated"]["answer"] == "Aspirin acts on COX."
+    assert state["ranking"]
+
+
+def test_o1_empty_and_nested_queries(toy):
+    llm = FakeLLM([
+        (f"Let me search.\n\n{BEGIN_QUERY}  ", "stop"),
+        (f"{BEGIN_QUERY}wrong {BEGIN_QUERY}aspirin platelets", "stop"),
+        (INFO, "stop"),
+        ("Aspirin blocks platelet cyclooxygenase.", "stop"),
+    ])  # fmt: skip
+    state = graph_run(toy, build_o1, llm, llm_mode="chat")
+    steps = state["steps"]
+    assert [s["node"] for s in steps] == [
+        "reason", "search_skipped", "reason", "search", "documents", "reason", "final",
+    ]  # fmt: skip
+    assert steps[1]["reason"] == "empty query" and "Empty search query" in steps[1]["message"]
+    assert steps[3]["request"]["query"] == "aspirin platelets"
+
+
+# --- search-r1 -----------------------------------------------------------------------------
+
+
+def r1_model(final_turn: str = "<think>COX blocked</think>\n<answer> COX inhibition"):
+    calls = []
+
+    def respond(messages, params):
+        calls.append({"messages": messages, "stop": params.get("stop")})
+        if turn(messages) == 1:
+            return "<think>I need to look this up.</think>\n<search> aspirin platelets "
+        return final_turn
+
+    return respond, calls
+
+
+def test_r1_searches_then_answers(toy):
+    respond, calls = r1_model()
+    scripted.install(respond)
+    assert run(toy, "search-r1") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec) == ["reason", "search", "reason", "final"]
+    assert rec["steps"][1]["request"]["query"] == "aspirin platelets"
+    assert len(rec["steps"][1]["doc_ids"]) <= 3
+    second = rec["steps"][2]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert second[1]["content"].endswith("<search> aspirin platelets </search>")
+    assert second[2]["content"].startswith("<information>Doc 1 Aspirin irreversibly inhibits")
+    assert calls[0]["stop"] == ["</search>", "</answer>"]
+    assert rec["generated"]["answer"] == "COX inhibition"
+    assert rec["generated"]["passage"] == "COX blocked\nCOX inhibition"
+    assert rec["steps"][-1]["request"]["sparse_text"] == "COX blocked\nCOX inhibition"
+    assert rec["steps"][0]["prompt"]["name"] == "search-r1/default"
+    assert "Question: How does aspirin act on platelets?\n" in second[0]["content"]
+
+
+def test_r1_continue_mode_and_only_the_newest_turn_is_parsed(toy):
+    # turn 2 writes no tag: the older <search> in the same assistant text must not rerun
+    respond, calls = r1_model(final_turn="<think>hmm</think>")
+    scripted.install(respond)
+    assert run(toy, "search-r1", "--option", "llm_mode=continue") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec).count("search") == 1
+    assert [s.get("action") for s in rec["steps"] if s["node"] == "reason"] == [
+        "search", None, None, None,
+    ]  # fmt: skip
+    second = rec["steps"][2]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant"]
+    assert "</search>\n\n<information>Doc 1 Aspirin" in second[1]["content"]
+    third = rec["steps"][3]["messages"][1]["content"]
+    assert third.endswith("<think>hmm</think>" + INVALID_ACTION)
+
+
+def test_r1_last_turn_forces_an_answer_and_ignores_its_search(toy):
+    def respond(messages, params):
+        if params.get("stop") == ["</answer>"]:
+            return "<think>still unsure</think><search> more aspirin </search>"
+        return f"<think>look</think><search> aspirin {turn(messages)} "
+
+    scripted.install(respond)
+    assert run(toy, "search-r1", "--max-turns", "2") == 0
+    rec = records(toy)["q2"]
+    assert nodes(rec) == ["reason", "search", "reason", "limit", "final"]
+    last = rec["steps"][2]
+    assert last["final_turn"] and last["action"] is None
+    assert "No more searches are allowed" in last["messages"][-1]["content"]
+    assert "ignored" in rec["steps"][3]["reason"]
+    assert rec["steps"][-1]["note_answer"].startswith("no <answer>")
+    assert rec["ranking"]
+
+
+def test_parse_action_takes_the_last_opened_tag():
+    assert parse_action("<think>a</think><search> q ", "stop")[:2] == ("search", "q")
+    assert parse_action("<search>q</search> <answer> x", "stop")[:2] == ("answer", "x")
+    assert parse_action("<search> q", "length")[:2] == (None, None)
+    assert parse_action("<search></search>", "stop")[:2] == (None, None)
+    assert parse_action("no tags", "stop")[:2] == (None, None)
+
+
+def test_r1_final_ranking_modes_and_recursion_limit(toy):
+    respond, _ = r1_model()
+    scripted.install(respond)
+    for mode in ("fuse", "trace"):
+        llm = LLM(model="scripted/test")
+        state = graph_run(toy, build_r1, llm, final_ranking=mode)
+        final = state["steps"][-1]
+        assert final["final_ranking"] == mode and state["ranking"]
+        if mode == "fuse":
+            assert final["fused_lists"] == 2
+        else:
+            assert "<think>" not in final["request"]["sparse_text"]
