@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import litellm
+from aiolimiter import AsyncLimiter
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -135,14 +136,21 @@ class LLM:
     max_retries: int = 6
     params: dict = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
+    rate_limit: float | None = (
+        None  # provider requests per second (retries included); None = no cap
+    )
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _local_ready: bool = field(default=False, init=False, repr=False, compare=False)
+    _limiter: AsyncLimiter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cache_mode not in CACHE_MODES:
             raise ValueError(f"cache_mode must be one of {CACHE_MODES}, got {self.cache_mode!r}")
         if self.cache_dir is not None:
             self.cache_dir = Path(self.cache_dir)
+        # One limiter per client, and a run holds one client per model: a per-model cap.
+        # Cache hits never reach it.
+        self._limiter = AsyncLimiter(self.rate_limit, 1) if self.rate_limit else None
 
     async def chat(
         self,
@@ -251,6 +259,8 @@ class LLM:
             kwargs.setdefault("max_retries", 0)
         async for attempt in retrying:
             with attempt:
+                if self._limiter:
+                    await self._limiter.acquire()
                 return await litellm.acompletion(
                     model=self.model,
                     messages=messages,

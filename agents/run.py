@@ -123,6 +123,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--concurrency", type=int, default=4, help="queries in flight; default: 4")
     p.add_argument(
+        "--rate-limit",
+        type=float,
+        default=None,
+        metavar="PER_SECOND",
+        help="cap on LLM requests per second to the provider (cache hits are free)",
+    )
+    p.add_argument(
         "--cache",
         default="use",
         choices=["use", "refresh", "off"],
@@ -372,6 +379,7 @@ async def amain(args: argparse.Namespace) -> int:
             api_base=args.api_base,
             cache_dir=cache_dir,
             cache_mode=args.cache,
+            rate_limit=args.rate_limit,
             params={"temperature": args.temperature, "max_tokens": args.max_tokens},
         )
     run_dir = args.runs_dir / (args.run_name or run_name(cfg))

@@ -345,3 +345,19 @@ def test_local_models_register_their_provider_once(provider, tmp_path, monkeypat
     assert registered == [tmp_path]
     assert first.text == "answer" and first.usage.cost is None
     assert "max_retries" not in provider.calls[0]["optional_params"]
+
+
+def test_rate_limit_caps_provider_requests_but_not_cache_hits(provider, tmp_path):
+    import time
+
+    async def burst(llm: LLM, n: int) -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(llm.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
+        return time.perf_counter() - started
+
+    llm = LLM(model="scripted/m", cache_dir=tmp_path, rate_limit=5)
+    # the limiter lets 5 through at once, then 5 per second: 10 calls need about a second
+    assert run(burst(llm, 10)) >= 0.8
+    assert len(provider.calls) == 10
+    assert run(burst(llm, 10)) < 0.5  # the same 10 again are cache hits: no waiting
+    assert len(provider.calls) == 10
