@@ -77,6 +77,10 @@ def task_kind(name: str) -> str:
 
 R2MED_FILES: tuple[str, ...] = ("corpus.jsonl", "query.jsonl", "qrels.jsonl")
 
+# A small synthetic task in R2MED layout that ships with the package, so that everything runs
+# offline; load it with the name "demo". Its scores say nothing about R2MED (see its README).
+DEMO_DIR = Path(__file__).resolve().parent / "demo"
+
 _EXPECTED_LAYOUTS = (
     "expected R2MED files (corpus.jsonl, query.jsonl, qrels.jsonl or qrels.txt) "
     "or BEIR files (corpus.jsonl, queries.jsonl, qrels/test.tsv)"
@@ -424,7 +428,7 @@ def _r2med_name(spec: str) -> str | None:
 def _unknown_task(spec: str) -> DataError:
     return DataError(
         f"{spec!r} is neither a folder nor an R2MED task; valid names: "
-        f"{', '.join(R2MED_TASKS)} (or 'r2med' for all)"
+        f"{', '.join(R2MED_TASKS)} (or 'r2med' for all), or 'demo'"
     )
 
 
@@ -458,10 +462,13 @@ def fetch_r2med(task: str, cache_dir: Path) -> Path:
 
 
 def load_task(spec: str, cache_dir: Path) -> Task:
-    """Load a task from a folder path or, failing that, an R2MED task name (case-insensitive)."""
+    """Load a task from a folder path or, failing that, an R2MED task name or ``demo``
+    (case-insensitive)."""
     path = Path(spec).expanduser()
     if path.is_dir():
         return load_folder(path)
+    if spec.strip().lower() == "demo":
+        return load_folder(DEMO_DIR, name="demo")
     canonical = _r2med_name(spec)
     if canonical is None:
         if path.exists():
