@@ -65,25 +65,49 @@ class RunConfig:
     options: dict[str, Any] = field(default_factory=dict)  # the agent's own settings
 
 
+def _epilog() -> str:
+    def rows(pairs: dict[str, str]) -> str:
+        return "".join(f"  {name:<25} {doc}\n" for name, doc in pairs.items())
+
+    datasets = {
+        "demo": "bundled: 15 queries in R2MED's styles, 342 passages (the default)",
+        "<folder>": "a folder in R2MED or BEIR layout",
+        "<R2MED task>": ", ".join(R2MED_TASKS[:4]) + ",",
+        "": ", ".join(R2MED_TASKS[4:]) + " (from the hub)",
+        "r2med": "all 8 R2MED tasks",
+    }
+    models = {
+        DEFAULT_MODEL: "embedded, offline (the default)",
+        "local/smollm2-135m": "embedded, offline, faster and weaker",
+        "<provider>/<model>": "any litellm model: openai/gpt-4o-mini (OPENAI_API_KEY), ollama/...,",
+        " ": "anthropic/...; openai/<name> with --api-base for vLLM or any",
+        "  ": "OpenAI-compatible server",
+    }
+    return (
+        "agents:\n"
+        + rows({n: s.description for n, s in AGENTS.items()})
+        + "retrievers (join with '+' for reciprocal-rank fusion):\n"
+        + rows(RETRIEVERS)
+        + "datasets:\n"
+        + rows(datasets)
+        + "models:\n"
+        + rows(models)
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m agents.run",
         description="Run a retrieval agent over benchmark tasks and score it with nDCG@10.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="agents:\n"
-        + "".join(f"  {name:<10} {spec.description}\n" for name, spec in AGENTS.items())
-        + "retrievers (join with '+' for reciprocal-rank fusion, e.g. bm25+dense):\n"
-        + "".join(f"  {name:<10} {doc}\n" for name, doc in RETRIEVERS.items())
-        + "datasets:\n  a folder in R2MED or BEIR layout, an R2MED task name ("
-        + ", ".join(R2MED_TASKS)
-        + "), or 'r2med' for all 8\n"
-        + f"models:\n  {DEFAULT_MODEL} (default, offline), local/smollm2-135m (faster), or any\n"
-        "  litellm model string, e.g. openai/gpt-4o-mini (key from OPENAI_API_KEY),\n"
-        "  anthropic/claude-..., ollama/qwen2.5, or openai/<name> with --api-base for a vLLM\n"
-        "  or other OpenAI-compatible server\n",
+        epilog=_epilog(),
     )
     p.add_argument("--agent", default="none", choices=list(AGENTS), help="default: %(default)s")
-    p.add_argument("--dataset", required=True, help="folder, R2MED task name, or 'r2med'")
+    p.add_argument(
+        "--dataset",
+        default="demo",
+        help="'demo' (bundled, the default), a folder, an R2MED task name, or 'r2med'",
+    )
     p.add_argument("--retriever", default="bm25", help="default: %(default)s")
     p.add_argument(
         "--bm25-method",
