@@ -22,7 +22,6 @@ weights; only documents with a positive score (at least one matching term) are r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ import scipy.sparse as sp
 from tqdm import tqdm
 
 from .analyzer import ANALYZER_ID, analyze, analyze_many
+from .fingerprint import corpus_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -152,24 +152,12 @@ def resolve_params(
     return params
 
 
-def corpus_fingerprint(
+def index_fingerprint(
     doc_ids: list[str], texts: list[str], method: str, params: dict[str, float]
 ) -> str:
     """sha256 over everything an index depends on: texts in order, analyzer, method, params."""
-    header = {
-        "format": FORMAT_VERSION,
-        "analyzer": ANALYZER_ID,
-        "method": method,
-        "params": params,
-    }
-    h = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
-    for doc_id, text in zip(doc_ids, texts, strict=True):
-        id_bytes, text_bytes = doc_id.encode(), text.encode()
-        # Length prefixes keep ("ab", "c") and ("a", "bc") from hashing alike.
-        h.update(f"{len(id_bytes)}:{len(text_bytes)}:".encode())
-        h.update(id_bytes)
-        h.update(text_bytes)
-    return h.hexdigest()
+    header = {"format": FORMAT_VERSION, "analyzer": ANALYZER_ID, "method": method, "params": params}
+    return corpus_fingerprint(doc_ids, texts, header)
 
 
 def build_bm25(
@@ -184,7 +172,7 @@ def build_bm25(
     params = resolve_params(method, k1, b)
     doc_ids = list(corpus)
     texts = [corpus[d] for d in doc_ids]
-    fingerprint = corpus_fingerprint(doc_ids, texts, method, params)
+    fingerprint = index_fingerprint(doc_ids, texts, method, params)
     path = Path(cache_dir) / f"bm25-{fingerprint[:24]}" if cache_dir is not None else None
     if path is not None and path.exists():
         index = load_index(path, fingerprint)

@@ -43,6 +43,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from .fingerprint import corpus_fingerprint
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -252,17 +254,6 @@ def build_dense(
 
 
 # --- corpus embedding cache (shared by every embedder) ----------------------------------------
-
-
-def corpus_fingerprint(doc_ids: Sequence[str], texts: Sequence[str]) -> str:
-    """sha256 over the corpus ids and texts in order (length-prefixed, so splits differ)."""
-    h = hashlib.sha256()
-    for doc_id, text in zip(doc_ids, texts, strict=True):
-        id_bytes, text_bytes = doc_id.encode(), text.encode()
-        h.update(f"{len(id_bytes)}:{len(text_bytes)}:".encode())
-        h.update(id_bytes)
-        h.update(text_bytes)
-    return h.hexdigest()
 
 
 def cache_key(encoder_id: str, doc_instruction: str, fingerprint: str) -> str:

@@ -11,7 +11,7 @@ from retrievers.bm25 import (
     BM25_METHODS,
     build_bm25,
     build_bm25_from_tokens,
-    corpus_fingerprint,
+    index_fingerprint,
     lucene_norm_length,
 )
 
@@ -168,16 +168,16 @@ def test_cache_reuse_does_not_reanalyse(tmp_path, count_analysis):
 
 def test_fingerprint_changes_with_text_method_and_params():
     ids, texts = list(CORPUS), list(CORPUS.values())
-    base = corpus_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.4})
-    assert base == corpus_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.4})
+    base = index_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.4})
+    assert base == index_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.4})
     changed_text = texts[:2] + [texts[2] + "!"]
     variants = [
-        corpus_fingerprint(ids, changed_text, "bm25q", {"k1": 0.9, "b": 0.4}),
-        corpus_fingerprint(ids, texts, "lucene", {"k1": 0.9, "b": 0.4}),
-        corpus_fingerprint(ids, texts, "bm25q", {"k1": 1.2, "b": 0.4}),
-        corpus_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.75}),
-        corpus_fingerprint(ids[::-1], texts[::-1], "bm25q", {"k1": 0.9, "b": 0.4}),
-        corpus_fingerprint(["p1", "p2", "p3x"], texts, "bm25q", {"k1": 0.9, "b": 0.4}),
+        index_fingerprint(ids, changed_text, "bm25q", {"k1": 0.9, "b": 0.4}),
+        index_fingerprint(ids, texts, "lucene", {"k1": 0.9, "b": 0.4}),
+        index_fingerprint(ids, texts, "bm25q", {"k1": 1.2, "b": 0.4}),
+        index_fingerprint(ids, texts, "bm25q", {"k1": 0.9, "b": 0.75}),
+        index_fingerprint(ids[::-1], texts[::-1], "bm25q", {"k1": 0.9, "b": 0.4}),
+        index_fingerprint(["p1", "p2", "p3x"], texts, "bm25q", {"k1": 0.9, "b": 0.4}),
     ]
     assert len({base, *variants}) == len(variants) + 1
     # build_bm25 keys on the same things
