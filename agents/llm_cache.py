@@ -14,6 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +92,7 @@ class LLMCache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
-        self._store = diskcache.Cache(str(self.directory))
+        self._store = _open_store(self.directory)
 
     def get(self, key: str) -> dict | None:
         """The entry under `key`; None on a miss or an unreadable entry (logged, not fatal)."""
@@ -108,7 +111,27 @@ class LLMCache:
     def set(self, key: str, entry: dict) -> None:
         """Store `entry` (only the known fields) under `key`, replacing what was there."""
         value = {name: entry[name] for name in ENTRY_FIELDS}
-        self._store.set(key, canonical_json(value))
+        try:
+            self._store.set(key, canonical_json(value))
+        except Exception as exc:  # a damaged or full cache costs a recomputation, not the answer
+            log.warning("LLM cache entry %s not stored (%s)", key[:12], exc)
 
     def close(self) -> None:
         self._store.close()
+
+
+def _open_store(directory: Path) -> diskcache.Cache:
+    """Open the diskcache in `directory`; a damaged one (e.g. a truncated cache.db) is moved
+    aside to ``<directory>.corrupt-<time>-<pid>`` and replaced by an empty cache."""
+    try:
+        return diskcache.Cache(str(directory))
+    except sqlite3.DatabaseError as exc:
+        aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}-{os.getpid()}")
+        try:
+            directory.rename(aside)
+        except OSError:  # another process moved it first; open whatever is there now
+            pass
+        log.warning(
+            "LLM cache %s unreadable (%s); moved to %s, starting afresh", directory, exc, aside
+        )
+        return diskcache.Cache(str(directory))

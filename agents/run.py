@@ -199,8 +199,8 @@ def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
             return
         if not overwrite:
             diff = sorted(k for k in asdict(cfg) if old.get(k) != asdict(cfg)[k])
-            raise SystemExit(
-                f"error: {path} holds a run with another configuration (differs in: "
+            raise ValueError(
+                f"{path} holds a run with another configuration (differs in: "
                 f"{', '.join(diff)}); pass --overwrite to replace it or --run-name for a new one"
             )
         shutil.rmtree(path)
@@ -320,6 +320,7 @@ async def run_task(
     )
     summary = {
         "task": task.name,
+        "notes": task.notes,
         "metrics": evaluation.mean,
         "averaging": evaluation.describe(),
         "queries": len(queries),
@@ -407,7 +408,11 @@ async def amain(args: argparse.Namespace) -> int:
             params={"temperature": args.temperature, "max_tokens": args.max_tokens},
         )
     run_dir = args.runs_dir / (args.run_name or run_name(cfg))
-    open_run_dir(run_dir, cfg, args.overwrite)
+    try:
+        open_run_dir(run_dir, cfg, args.overwrite)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     by_task = {}
     for task in tasks:

@@ -45,7 +45,8 @@ def read_records(path: Path) -> dict[str, dict[str, Any]]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash: that query simply runs again
-            records[record["query_id"]] = record
+            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
+                records[record["query_id"]] = record
     return records
 
 
@@ -76,6 +77,20 @@ async def _run_one(graph: Any, query_id: str, query: str) -> dict:
     }
 
 
+def _end_torn_line(path: Path) -> None:
+    """Terminate a last line cut short by a crash, so the next record starts a line of its own.
+
+    Otherwise the first record appended on resume would be glued to the torn line, unreadable,
+    and that query answered again on every later run.
+    """
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) != b"\n":
+            f.write(b"\n")
+
+
 async def run_queries(
     graph: Any,
     queries: Mapping[str, str],
@@ -97,6 +112,7 @@ async def run_queries(
         unit="q",
     )
     out.parent.mkdir(parents=True, exist_ok=True)
+    _end_torn_line(out)
     with open(out, "a", encoding="utf-8") as f:
 
         async def one(query_id: str) -> None:

@@ -11,6 +11,14 @@ REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 
 
+@pytest.fixture(autouse=True)
+def no_retry_waits(monkeypatch):
+    """Retries keep their count and order in tests, but never sleep."""
+    import agents.llm
+
+    monkeypatch.setattr(agents.llm, "RETRY_MAX_WAIT_S", 0.0)
+
+
 @pytest.fixture(scope="session")
 def scifact_dir() -> Path:
     """The shared BEIR SciFact folder; it lives beside the repo and is never copied into it."""

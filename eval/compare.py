@@ -1,0 +1,679 @@
+"""Compare run folders: `python -m eval.compare runs/a runs/b ... [--baseline runs/a]`.
+
+For the chosen metric (nDCG@10 by default) it prints and writes a leaderboard (one row per
+run, R2MED's task order, then Avg), per-query deltas against a baseline run (wins / ties /
+losses, paired p-values, the queries that moved most, with their text) and a cost table, and
+draws per-task bars and a cost-vs-metric scatter. See docs/experiments.md.
+
+Decisions worth knowing:
+
+* Scores come from each task's ``per_query.jsonl``; only a metric it lacks is recomputed
+  from ``run.trec`` and the qrels (``eval.evaluate``, missing queries scoring 0). So a table
+  cell is the same number the run's own ``metrics.json`` holds, which is checked and any
+  disagreement is reported.
+* Runs are compared on the tasks they all have and, per task, on the queries they all
+  answered; whatever is dropped is listed in the notes. A query a run failed counts 0.
+* Overall significance pools the per-query scores of every task (task-prefixed query ids),
+  so a task with many queries weighs more there than in Avg, which is a mean of task means.
+* Cost is summed from the per-query usage records; a run's cost is exact only when every
+  query was priced, otherwise the known part is shown as a lower bound (see ``Cost``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from eval.evaluate import evaluate, metric_names
+from eval.report import leaderboard_markdown, order_tasks
+from eval.significance import TESTS, Test, paired_p_value
+from eval.trec import read_run
+
+DEFAULT_METRIC = "NDCG@10"
+TOP_MOVERS = 5
+_METRIC_RE = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
+
+
+class CompareError(ValueError):
+    """Runs that cannot be compared; the message says which run and why."""
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """What one task folder of a run holds, read once."""
+
+    per_query: dict[str, dict[str, float]]  # per_query.jsonl ({} if absent)
+    summary: dict[str, Any]  # metrics.json ({} if absent)
+    records: dict[str, dict[str, Any]]  # queries.jsonl, last record per query, without steps
+    run_trec: Path
+
+
+@dataclass(frozen=True)
+class RunData:
+    path: Path
+    label: str
+    config: dict[str, Any]
+    tasks: dict[str, TaskFiles]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """A run against the baseline on one task (or "Overall"), over the shared queries."""
+
+    n: int
+    wins: int
+    ties: int
+    losses: int
+    baseline: float  # mean of the baseline's scores
+    value: float  # mean of this run's scores
+    p_value: float
+
+    @property
+    def delta(self) -> float:
+        return self.value - self.baseline
+
+
+@dataclass(frozen=True)
+class Mover:
+    task: str
+    query_id: str
+    baseline: float
+    value: float
+    text: str
+
+    @property
+    def delta(self) -> float:
+        return self.value - self.baseline
+
+
+@dataclass(frozen=True)
+class Cost:
+    """LLM usage of a run over the compared tasks, summed from its per-query records.
+
+    ``cost`` sums the queries that could be priced; it is the run's cost only when
+    ``priced == queries``. Cached calls cost 0 (nothing was paid this time) but keep their
+    tokens. ``wall_s`` is the time of each task's last (resumed) execution, from metrics.json.
+    """
+
+    queries: int
+    calls: int
+    cached_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+    priced: int
+    llm_s: float
+    wall_s: float
+    failed: int
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def cost_known(self) -> bool:
+        return self.priced == self.queries
+
+    def cost_text(self) -> str:
+        if self.calls == 0 or (self.cost_known and self.cost == 0):
+            return "$0"
+        if self.cost_known:
+            return f"${self.cost:.4f}"
+        if self.priced == 0:
+            return "n/a"
+        return f">= ${self.cost:.4f} ({self.priced}/{self.queries} queries priced)"
+
+
+@dataclass
+class Comparison:
+    metric: str
+    test: str
+    labels: list[str]  # in the order given; the baseline is labels[baseline_index]
+    baseline: str
+    tasks: list[str]  # compared tasks, R2MED order first
+    runs: dict[str, RunData]
+    scores: dict[str, dict[str, dict[str, float]]]  # label -> task -> query -> value
+    means: dict[str, dict[str, float]]  # label -> task -> mean, rounded as metrics.json
+    deltas: dict[str, dict[str, Delta]]  # label -> task or "Overall" -> Delta
+    movers: dict[str, tuple[list[Mover], list[Mover]]]  # label -> (most up, most down)
+    costs: dict[str, Cost]
+    notes: list[str] = field(default_factory=list)
+
+    def avg(self, label: str) -> float:
+        values = [self.means[label][t] for t in self.tasks]
+        return sum(values) / len(values) if values else 0.0
+
+
+def prompt_version(prompts: Mapping[str, str]) -> str:
+    """A short hash naming the exact prompt texts of a run ("-" when it uses none)."""
+    if not prompts:
+        return "-"
+    return hashlib.sha256(json.dumps(dict(prompts), sort_keys=True).encode()).hexdigest()[:7]
+
+
+def run_label(config: Mapping[str, Any]) -> str:
+    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e".
+
+    Runs without an LLM have no model or prompt part ("none lucene").
+    """
+    retriever = config.get("retriever", "?")
+    if retriever == "bm25":
+        retriever = config.get("bm25_method") or retriever
+    parts = [str(config.get("agent", "?")), str(retriever)]
+    if config.get("model"):
+        parts.append(str(config["model"]).split("/")[-1])
+    if config.get("prompts"):
+        parts.append(f"p:{prompt_version(config['prompts'])}")
+    return " ".join(parts)
+
+
+def load_run(path: Path | str) -> RunData:
+    """Read a run folder written by ``agents.run``: its config and every scored task."""
+    path = Path(path)
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise CompareError(f"{path}: not a run folder (no config.json)")
+    config = json.loads(config_file.read_text())
+    tasks = {}
+    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
+        per_query_file = folder / "per_query.jsonl"
+        run_trec = folder / "run.trec"
+        if not per_query_file.is_file() and not run_trec.is_file():
+            continue  # not a task folder, or a task that never finished a pass
+        summary_file = folder / "metrics.json"
+        tasks[folder.name] = TaskFiles(
+            per_query=_read_per_query(per_query_file),
+            summary=json.loads(summary_file.read_text()) if summary_file.is_file() else {},
+            records=_read_records(folder / "queries.jsonl"),
+            run_trec=run_trec,
+        )
+    return RunData(path=path, label=run_label(config), config=config, tasks=tasks)
+
+
+def compare_runs(
+    paths: Sequence[Path | str],
+    baseline: Path | str | None = None,
+    metric: str = DEFAULT_METRIC,
+    qrels_from: str | None = None,
+    cache_dir: Path | None = None,
+    test: Test = "fisher",
+    top: int = TOP_MOVERS,
+) -> Comparison:
+    """Compare run folders on ``metric`` against ``baseline`` (default: the first of ``paths``).
+
+    Qrels are loaded (from ``qrels_from``, else each run's configured dataset) only when a
+    task's ``per_query.jsonl`` lacks ``metric`` or ``qrels_from`` is given.
+    """
+    _check_metric(metric)
+    if test not in TESTS:
+        raise CompareError(f"unknown test {test!r}; use one of {', '.join(TESTS)}")
+    paths = [Path(p) for p in paths]
+    if baseline is not None and Path(baseline).resolve() not in [p.resolve() for p in paths]:
+        paths.insert(0, Path(baseline))
+    if not paths:
+        raise CompareError("no run folders given")
+    runs = _labelled([load_run(p) for p in paths])
+    labels = list(runs)
+    base_label = labels[0]
+    if baseline is not None:
+        base_label = next(
+            k for k, r in runs.items() if r.path.resolve() == Path(baseline).resolve()
+        )
+    notes: list[str] = []
+
+    empty = [r.path for r in runs.values() if not r.tasks]
+    if empty:
+        raise CompareError(f"no scored task in {', '.join(map(str, empty))}")
+    task_sets = {k: set(r.tasks) for k, r in runs.items()}
+    tasks = order_tasks(sorted(set.intersection(*task_sets.values())))
+    if not tasks:
+        listing = "; ".join(f"{k}: {', '.join(sorted(s))}" for k, s in task_sets.items())
+        raise CompareError(f"the runs share no task ({listing})")
+    for label, have in task_sets.items():
+        if extra := sorted(have - set(tasks)):
+            notes.append(f"{label}: task(s) {', '.join(extra)} left out (not in every run)")
+
+    qrels = _Qrels(qrels_from, cache_dir)
+    raw = {k: {t: _task_scores(r, t, metric, qrels) for t in tasks} for k, r in runs.items()}
+
+    scores: dict[str, dict[str, dict[str, float]]] = {k: {} for k in labels}
+    means: dict[str, dict[str, float]] = {k: {} for k in labels}
+    for task in tasks:
+        shared = set.intersection(*(set(raw[k][task]) for k in labels))
+        # The baseline's query order (the task's own) keeps movers and CSVs stable.
+        order = [q for q in raw[base_label][task] if q in shared]
+        for label in labels:
+            if dropped := len(raw[label][task]) - len(shared):
+                notes.append(
+                    f"{label}: {task}: {dropped} of its {len(raw[label][task])} queries "
+                    "left out (not answered by every run)"
+                )
+            values = {q: raw[label][task][q] for q in order}
+            scores[label][task] = values
+            means[label][task] = round(sum(values.values()) / len(values), 5) if values else 0.0
+            notes.extend(_check_against_summary(label, task, runs[label], metric, values))
+
+    deltas: dict[str, dict[str, Delta]] = {}
+    movers: dict[str, tuple[list[Mover], list[Mover]]] = {}
+    for label in labels:
+        if label == base_label:
+            continue
+        deltas[label] = {t: _delta(scores[base_label][t], scores[label][t], test) for t in tasks}
+        pooled = {
+            (t, q): v for t in tasks for q, v in scores[label][t].items()
+        }  # the union of every task's queries
+        pooled_base = {(t, q): v for t in tasks for q, v in scores[base_label][t].items()}
+        deltas[label]["Overall"] = (
+            _delta(pooled_base, pooled, test) if len(tasks) > 1 else deltas[label][tasks[0]]
+        )
+        movers[label] = _movers(runs[label], runs[base_label], pooled_base, pooled, top)
+
+    costs = {k: _cost(runs[k], tasks) for k in labels}
+    return Comparison(
+        metric=metric,
+        test=test,
+        labels=labels,
+        baseline=base_label,
+        tasks=tasks,
+        runs=runs,
+        scores=scores,
+        means=means,
+        deltas=deltas,
+        movers=movers,
+        costs=costs,
+        notes=notes,
+    )
+
+
+# ---- reading ------------------------------------------------------------------------------
+
+
+def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
+    if not path.is_file():
+        return {}
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {str(r.pop("query_id")): r for r in rows}
+
+
+def _read_records(path: Path) -> dict[str, dict[str, Any]]:
+    # As agents.runner.read_records (last record wins, a torn line is skipped), but without
+    # the traces, which can be large and are not needed here.
+    records: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            keep = ("query", "usage", "seconds", "error")
+            records[str(r["query_id"])] = {k: r.get(k) for k in keep}
+    return records
+
+
+def _labelled(runs: list[RunData]) -> dict[str, RunData]:
+    """Runs by label; a label two runs share gets the folder name added."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.label] = counts.get(r.label, 0) + 1
+    out: dict[str, RunData] = {}
+    for r in runs:
+        label = r.label if counts[r.label] == 1 else f"{r.label} ({r.path.name})"
+        if label in out:
+            raise CompareError(f"run folder {r.path} is given twice")
+        out[label] = RunData(r.path, label, r.config, r.tasks)
+    return out
+
+
+class _Qrels:
+    """Qrels per (dataset spec, task), loaded on first use only: datasets can be large."""
+
+    def __init__(self, spec: str | None, cache_dir: Path | None) -> None:
+        self.spec = spec
+        self.cache_dir = cache_dir
+        self.loaded: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+
+    def get(self, run: RunData, task: str) -> dict[str, dict[str, int]]:
+        spec = self.spec or run.config.get("dataset")
+        if not spec:
+            raise CompareError(f"{run.path}: config.json names no dataset; pass --qrels-from")
+        if spec not in self.loaded:
+            from eval.datasets import DataError, load_tasks
+
+            cache_dir = self.cache_dir
+            if cache_dir is None:
+                from agents.run import default_cache_dir
+
+                cache_dir = default_cache_dir()
+            try:
+                self.loaded[spec] = {t.name: t.qrels for t in load_tasks(spec, cache_dir)}
+            except DataError as e:
+                raise CompareError(
+                    f"{run.path}: cannot load qrels of dataset {spec!r} ({e}); pass --qrels-from"
+                ) from e
+        if task not in self.loaded[spec]:
+            raise CompareError(f"dataset {spec!r} has no task {task!r} (run {run.path})")
+        return self.loaded[spec][task]
+
+
+def _task_scores(run: RunData, task: str, metric: str, qrels: _Qrels) -> dict[str, float]:
+    """Per-query ``metric`` of one run on one task; a failed query scores 0."""
+    files = run.tasks[task]
+    if files.per_query and all(metric in v for v in files.per_query.values()):
+        values = {q: float(v[metric]) for q, v in files.per_query.items()}
+        failed = [q for q, r in files.records.items() if r.get("error") and q not in values]
+        if qrels.spec is not None:  # the user named the qrels: score only queries they hold
+            known = qrels.get(run, task)
+            failed = [q for q in failed if q in known]
+            values = {q: v for q, v in values.items() if q in known}
+        return values | dict.fromkeys(failed, 0.0)
+    if not files.run_trec.is_file():
+        raise CompareError(f"{run.path / task}: no per_query.jsonl with {metric} and no run.trec")
+    all_qrels = qrels.get(run, task)
+    asked = set(files.per_query) | set(files.records)
+    task_qrels = {q: d for q, d in all_qrels.items() if q in asked}
+    k = int(metric.split("@")[1]) if "@" in metric else 10
+    evaluation = evaluate(task_qrels, read_run(files.run_trec), k_values=[k], missing="zero")
+    return {q: v[metric] for q, v in evaluation.per_query.items()}
+
+
+def _check_against_summary(
+    label: str, task: str, run: RunData, metric: str, values: Mapping[str, float]
+) -> list[str]:
+    """Say when a table cell is not the run's own metrics.json mean, and why."""
+    summary = run.tasks[task].summary
+    notes = []
+    if summary.get("failed"):
+        notes.append(f"{label}: {task}: {summary['failed']} queries failed (scored 0)")
+    expected = summary.get("metrics", {}).get(metric)
+    if expected is None or len(values) != len(run.tasks[task].per_query):
+        return notes
+    mean = round(sum(values.values()) / len(values), 5) if values else 0.0
+    if abs(mean - expected) > 1e-9:
+        notes.append(
+            f"{label}: {task}: MISMATCH: {metric} from per-query scores is {mean:.5f} but "
+            f"metrics.json says {expected:.5f}"
+        )
+    return notes
+
+
+def _check_metric(metric: str) -> None:
+    if not _METRIC_RE.fullmatch(metric):
+        known = ", ".join(metric_names((10, 100)))
+        raise CompareError(f"unknown metric {metric!r}; metrics look like {known}")
+
+
+# ---- deltas, movers, cost ------------------------------------------------------------------
+
+
+def _delta(base: Mapping[Any, float], other: Mapping[Any, float], test: Test) -> Delta:
+    keys = list(base)
+    a = [base[k] for k in keys]
+    b = [other[k] for k in keys]
+    n = len(keys)
+    return Delta(
+        n=n,
+        wins=sum(y > x for x, y in zip(a, b, strict=True)),
+        ties=sum(y == x for x, y in zip(a, b, strict=True)),
+        losses=sum(y < x for x, y in zip(a, b, strict=True)),
+        baseline=sum(a) / n if n else 0.0,
+        value=sum(b) / n if n else 0.0,
+        p_value=paired_p_value(a, b, test=test),
+    )
+
+
+def _movers(
+    run: RunData,
+    base: RunData,
+    pooled_base: Mapping[tuple[str, str], float],
+    pooled: Mapping[tuple[str, str], float],
+    top: int,
+) -> tuple[list[Mover], list[Mover]]:
+    def text(task: str, qid: str) -> str:
+        for r in (run, base):
+            record = r.tasks[task].records.get(qid)
+            if record and record.get("query"):
+                return " ".join(str(record["query"]).split())
+        return ""
+
+    moved = [
+        Mover(t, q, pooled_base[(t, q)], pooled[(t, q)], text(t, q))
+        for (t, q) in pooled
+        if pooled[(t, q)] != pooled_base[(t, q)]
+    ]
+    up = sorted((m for m in moved if m.delta > 0), key=lambda m: -m.delta)[:top]
+    down = sorted((m for m in moved if m.delta < 0), key=lambda m: m.delta)[:top]
+    return up, down
+
+
+def _cost(run: RunData, tasks: Sequence[str]) -> Cost:
+    totals = dict.fromkeys(
+        ("queries", "calls", "cached_calls", "prompt_tokens", "completion_tokens", "priced"), 0
+    )
+    cost = llm_s = wall_s = 0.0
+    failed = 0
+    for task in tasks:
+        files = run.tasks[task]
+        for record in files.records.values():
+            usage = record.get("usage") or {}
+            totals["queries"] += 1
+            for key in ("calls", "cached_calls", "prompt_tokens", "completion_tokens"):
+                totals[key] += int(usage.get(key) or 0)
+            if usage.get("cost") is not None:
+                totals["priced"] += 1
+                cost += float(usage["cost"])
+            llm_s += float(usage.get("latency_s") or 0.0)
+        wall_s += float(files.summary.get("seconds") or 0.0)
+        failed += int(files.summary.get("failed") or 0)
+    return Cost(**totals, cost=cost, llm_s=llm_s, wall_s=wall_s, failed=failed)
+
+
+# ---- output --------------------------------------------------------------------------------
+
+
+def leaderboard_rows(c: Comparison) -> dict[str, dict[str, float]]:
+    return {label: dict(c.means[label]) for label in c.labels}
+
+
+def comparison_markdown(c: Comparison) -> str:
+    """The whole comparison as markdown: leaderboard, runs, deltas, movers, cost, notes."""
+    test_name = {"fisher": "Fisher's randomization test", "student": "paired t-test"}[c.test]
+    out = [
+        f"## Leaderboard ({c.metric} ×100)\n",
+        leaderboard_markdown(leaderboard_rows(c), c.tasks, c.metric),
+    ]
+    out.append("## Runs\n")
+    out.append("| run | folder | dataset | limit | prompts |")
+    out.append("|---|---|---|---:|---|")
+    for label in c.labels:
+        r = c.runs[label]
+        prompts = ", ".join(
+            f"{k}={v[:7]}" for k, v in sorted((r.config.get("prompts") or {}).items())
+        )
+        base = " (baseline)" if label == c.baseline else ""
+        out.append(
+            f"| {label}{base} | {r.path} | {r.config.get('dataset')} | "
+            f"{r.config.get('limit') or '-'} | {prompts or '-'} |"
+        )
+    out.append("")
+    if c.deltas:
+        out.append(f"## Against the baseline: {c.baseline}\n")
+        out.append(
+            f"Δ is the change in {c.metric} ×100; W/T/L count queries that went up, stayed, went "
+            f"down; p is {test_name} (two-sided, paired per query"
+            + (", seeded, 10,000 resamples" if c.test == "fisher" else "")
+            + "). Overall pools the queries of all tasks (larger tasks weigh more than in Avg).\n"
+        )
+        columns = [*c.tasks, "Overall"]
+        out.append("| run | " + " | ".join(columns) + " |")
+        out.append("|---|" + "|".join(["---:"] * len(columns)) + "|")
+        for label, by_task in c.deltas.items():
+            cells = [_delta_cell(by_task[t]) for t in columns]
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+        out.append("")
+        for label, (up, down) in c.movers.items():
+            out.append(f"### Queries that moved most: {label}\n")
+            if not up and not down:
+                out.append("No query changed.\n")
+                continue
+            out.append(f"| | task | query | {c.metric} base → run | text |")
+            out.append("|---|---|---|---|---|")
+            for sign, movers in (("▲", up), ("▼", down)):
+                for m in movers:
+                    out.append(
+                        f"| {sign} {m.delta * 100:+.1f} | {m.task} | {m.query_id} | "
+                        f"{m.baseline:.3f} → {m.value:.3f} | {_short(m.text)} |"
+                    )
+            out.append("")
+    out.append("## Cost\n")
+    out.append(
+        "| run | queries | LLM calls | cached | tokens in | tokens out | est. cost | "
+        "LLM time (s) | wall time (s) | failed |"
+    )
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for label in c.labels:
+        k = c.costs[label]
+        out.append(
+            f"| {label} | {k.queries} | {k.calls} | {k.cached_calls} | {k.prompt_tokens} | "
+            f"{k.completion_tokens} | {k.cost_text()} | {k.llm_s:.1f} | {k.wall_s:.1f} | "
+            f"{k.failed} |"
+        )
+    out.append(
+        "\nCost is litellm's estimate, summed over queries; n/a when no query could be priced "
+        "(local models), a lower bound (>=) when only some could. Cached calls cost $0.\n"
+    )
+    if c.notes:
+        out.append("## Notes\n")
+        out.extend(f"- {n}" for n in c.notes)
+        out.append("")
+    return "\n".join(out)
+
+
+def write_comparison(c: Comparison, out: Path | str, plots: bool = True) -> list[Path]:
+    """Write report.md, leaderboard.md/.csv, deltas.csv, comparison.json and the plots."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def put(name: str, text: str) -> None:
+        (out / name).write_text(text)
+        written.append(out / name)
+
+    put("report.md", comparison_markdown(c))
+    put("leaderboard.md", leaderboard_markdown(leaderboard_rows(c), c.tasks, c.metric))
+    with open(out / "leaderboard.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "folder", *c.tasks, "Avg"])
+        for label in c.labels:
+            values = [f"{c.means[label][t]:.5f}" for t in c.tasks]
+            w.writerow([label, str(c.runs[label].path), *values, f"{c.avg(label):.5f}"])
+    written.append(out / "leaderboard.csv")
+    with open(out / "deltas.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "baseline", "task", "n", "baseline_mean", "run_mean", "delta",
+                    "wins", "ties", "losses", "p_value", "test"])  # fmt: skip
+        for label, by_task in c.deltas.items():
+            for task, d in by_task.items():
+                w.writerow([label, c.baseline, task, d.n, f"{d.baseline:.5f}", f"{d.value:.5f}",
+                            f"{d.delta:.5f}", d.wins, d.ties, d.losses, f"{d.p_value:.4g}",
+                            c.test])  # fmt: skip
+    written.append(out / "deltas.csv")
+    summary = {
+        "metric": c.metric,
+        "test": c.test,
+        "baseline": c.baseline,
+        "tasks": c.tasks,
+        "runs": {k: str(c.runs[k].path) for k in c.labels},
+        "means": c.means,
+        "avg": {k: c.avg(k) for k in c.labels},
+        "deltas": {k: {t: asdict(d) for t, d in v.items()} for k, v in c.deltas.items()},
+        "cost": {k: asdict(v) for k, v in c.costs.items()},
+        "notes": c.notes,
+    }
+    put("comparison.json", json.dumps(summary, indent=2) + "\n")
+    if plots:
+        from eval.plots import plot_cost_vs_metric, plot_task_bars
+
+        plot_task_bars(c.means, c.tasks, c.metric, out / "tasks.png")
+        written.append(out / "tasks.png")
+        all_priced = all(k.cost_known and k.calls for k in c.costs.values())
+        if all_priced:
+            points = {k: (c.costs[k].cost, c.avg(k)) for k in c.labels}
+            xlabel = "estimated cost (USD)"
+        else:
+            points = {k: (float(c.costs[k].tokens), c.avg(k)) for k in c.labels}
+            xlabel = "LLM tokens (in + out)"
+        plot_cost_vs_metric(points, xlabel, f"Avg {c.metric}", out / "cost.png")
+        written.append(out / "cost.png")
+    return written
+
+
+def _delta_cell(d: Delta) -> str:
+    return f"{d.delta * 100:+.2f} (p={d.p_value:.3g}; {d.wins}/{d.ties}/{d.losses})"
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text.replace("|", "\\|")
+
+
+# ---- command line --------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m eval.compare",
+        description="Compare run folders of agents.run: leaderboard, per-query deltas with "
+        "paired significance, cost, plots.",
+    )
+    p.add_argument("runs", nargs="+", type=Path, help="run folders (agents.run --runs-dir/...)")
+    p.add_argument("--baseline", type=Path, default=None, help="default: the first run")
+    p.add_argument("--metric", default=DEFAULT_METRIC, help="default: %(default)s")
+    p.add_argument("--test", default="fisher", choices=TESTS, help="default: %(default)s")
+    p.add_argument("--top", type=int, default=TOP_MOVERS, help="movers listed each way")
+    p.add_argument("--out", type=Path, default=None, help="default: comparisons/<timestamp>")
+    p.add_argument(
+        "--qrels-from",
+        default=None,
+        metavar="DATASET",
+        help="dataset whose qrels to use (default: each run's own, loaded only if needed)",
+    )
+    p.add_argument("--cache-dir", type=Path, default=None, help="as agents.run's")
+    p.add_argument("--no-plots", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        comparison = compare_runs(
+            args.runs,
+            baseline=args.baseline,
+            metric=args.metric,
+            qrels_from=args.qrels_from,
+            cache_dir=args.cache_dir,
+            test=args.test,
+            top=args.top,
+        )
+    except (CompareError, OSError, json.JSONDecodeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    write_comparison(comparison, out, plots=not args.no_plots)
+    print(comparison_markdown(comparison))
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

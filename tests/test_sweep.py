@@ -1,0 +1,107 @@
+"""agents.sweep on the toy task with a scripted LLM: cells, resuming, comparison, bad configs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from agents import scripted
+from agents.sweep import cells, load_sweep, main
+
+PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
+
+
+def write_config(folder: Path, toy_dir: Path, extra: str = "") -> Path:
+    (folder / "my_hyde.txt").write_text("Write a short passage that answers: {query}\nPassage: ")
+    config = folder / "sweep.toml"
+    config.write_text(
+        f"""
+output = "out"
+cache_dir = "cache"
+agents = ["hyde", "query2doc"]
+models = ["scripted/x"]
+datasets = ["{toy_dir}"]
+
+[prompts]
+base = {{}}
+shorter = {{ hyde = "my_hyde.txt" }}
+
+[options]
+quiet = true
+concurrency = 2
+max_tokens = 64
+{extra}
+"""
+    )
+    return config
+
+
+def test_sweep_runs_each_cell_once_resumes_and_compares(tmp_path, toy_dir, capsys, caplog):
+    provider = scripted.install(lambda messages, params: PASSAGE)
+    config = write_config(tmp_path, toy_dir)
+    grid, notes = cells(load_sweep(config))
+    # query2doc uses no hyde prompt: its "shorter" cell is its "base" cell, run once
+    assert [c.name for c in grid] == [
+        "hyde-bm25-x-base-toy",
+        "hyde-bm25-x-shorter-toy",
+        "query2doc-bm25-x-base-toy",
+    ]
+    assert notes == [
+        "query2doc-bm25-x-shorter-toy is the same run as query2doc-bm25-x-base-toy; run once"
+    ]
+    assert ["--prompt", f"hyde={(tmp_path / 'my_hyde.txt').resolve()}"] == grid[1].argv[8:10]
+
+    assert main([str(config)]) == 0
+    assert provider.calls == 3 * 3  # three queries per cell
+    runs = tmp_path / "out" / "runs"
+    configs = {c.name: json.loads((runs / c.name / "config.json").read_text()) for c in grid}
+    assert (
+        configs["hyde-bm25-x-base-toy"]["prompts"] != configs["hyde-bm25-x-shorter-toy"]["prompts"]
+    )
+    assert all(cfg["max_tokens"] == 64 for cfg in configs.values())
+    comparison = tmp_path / "out" / "comparison"
+    for name in ("report.md", "leaderboard.md", "leaderboard.csv", "tasks.png", "cost.png"):
+        assert (comparison / name).is_file()
+    assert len((comparison / "leaderboard.csv").read_text().splitlines()) == 1 + 3
+    assert "Against the baseline" in capsys.readouterr().out
+
+    caplog.set_level(logging.INFO, logger="agents.run")
+    assert main([str(config)]) == 0  # everything finished: read back, nothing asked
+    assert provider.calls == 9
+    assert sum("already finished" in r.getMessage() for r in caplog.records) == 3
+    status = json.loads((tmp_path / "out" / "cells.json").read_text())
+    assert [s["status"] for s in status] == [0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "extra, key",
+    [
+        ("bogus = 1", "options.bogus"),
+        ("limit = 'ten'", "options.limit"),
+        ("[compare]\nmetrc = 'NDCG@10'", "compare.metrc"),
+    ],
+)
+def test_bad_option_gives_one_line_naming_file_and_key(tmp_path, toy_dir, capsys, extra, key):
+    config = write_config(tmp_path, toy_dir, extra)
+    assert main([str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert err.startswith(f"error: {config}: key '{key}':")
+
+
+def test_bad_top_level_values_are_named(tmp_path, toy_dir, capsys):
+    config = write_config(tmp_path, toy_dir)
+    text = config.read_text()
+    for old, new, key in [
+        ('agents = ["hyde", "query2doc"]', 'agents = ["hide"]', "agents"),
+        ('agents = ["hyde", "query2doc"]', 'agent = ["hyde"]', "agent"),
+        ('"my_hyde.txt"', '"absent.txt"', "prompts.shorter"),
+        ('hyde = "my_hyde.txt"', 'hyd = "my_hyde.txt"', "prompts.shorter"),
+    ]:
+        config.write_text(text.replace(old, new))
+        assert main([str(config)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and f"key '{key}'" in err and str(config) in err, err
