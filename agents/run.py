@@ -187,6 +187,10 @@ def run_name(cfg: RunConfig) -> str:
     parts.append(dataset)
     if cfg.limit:
         parts.append(f"limit{cfg.limit}")
+    # settings that change the output get a folder of their own, so that e.g. the three
+    # --final-ranking modes of one agent sit side by side instead of refusing each other
+    defaults = AGENTS[cfg.agent].defaults
+    parts += [f"{k}={v}" for k, v in cfg.options.items() if v != defaults.get(k)]
     return "-".join(parts)
 
 

@@ -139,3 +139,16 @@ def test_unknown_names_are_one_line_errors(env, capsys, flag, value, expected):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
     assert not env["runs"].exists()  # refused before anything was written
+
+
+def test_run_names_tell_non_default_agent_settings_apart():
+    from agents.run import RunConfig, run_name
+
+    base = dict(
+        agent="search-o1", dataset="demo", retriever="bm25", bm25_method="bm25q", k1=None,
+        b=None, depth=100, missing="zero", limit=None, model="local/qwen2.5-coder-0.5b",
+    )  # fmt: skip
+    default = run_name(RunConfig(**base, options={"final_ranking": "answer", "max_turns": 15}))
+    fuse = run_name(RunConfig(**base, options={"final_ranking": "fuse", "max_turns": 15}))
+    assert default == "search-o1-bm25q-qwen2.5-coder-0.5b-demo"
+    assert fuse == default + "-final_ranking=fuse"
