@@ -38,8 +38,9 @@ import litellm
 from litellm import CustomLLM
 from litellm.types.utils import Choices, Message, ModelResponse, Usage
 
+from eval.datasets import default_cache_dir
+
 PROVIDER = "local"
-CACHE_ENV = "R2MED_AGENTS_CACHE"
 DEFAULT_LOCAL_MODEL = f"{PROVIDER}/qwen2.5-coder-0.5b"
 
 # On this 2-core machine llama.cpp's threads wait for each other by spinning, so generation
@@ -98,10 +99,6 @@ LOCAL_MODELS: dict[str, LocalModel] = {
         default_system="You are a helpful AI assistant named SmolLM, trained by Hugging Face",
     ),
 }
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "r2med-agents")
 
 
 def _lookup(name: str) -> tuple[str, LocalModel]:

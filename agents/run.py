@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -26,7 +25,7 @@ from agents.context import AgentContext
 from agents.llm import LLM, Usage, check_model
 from agents.registry import AGENTS, AgentSpec
 from agents.runner import ranking_of, run_queries
-from eval.datasets import R2MED_TASKS, DataError, Task, load_tasks
+from eval.datasets import R2MED_TASKS, DataError, Task, default_cache_dir, load_tasks
 from eval.evaluate import evaluate
 from eval.report import leaderboard_markdown, results_json, write_per_query, write_results_json
 from eval.trec import write_run
@@ -38,10 +37,6 @@ log = logging.getLogger("agents.run")
 
 HEADLINE = "NDCG@10"
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("R2MED_AGENTS_CACHE", Path.home() / ".cache" / "r2med-agents"))
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.run import DEFAULT_MODEL, default_cache_dir
+from agents.run import DEFAULT_MODEL
 from agents.run import main as run_main
+from eval.datasets import default_cache_dir
 
 # Options shared by every cell, as agents.run flags: key -> type the value must have.
 OPTION_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -348,13 +348,9 @@ class _Qrels:
         if not spec:
             raise CompareError(f"{run.path}: config.json names no dataset; pass --qrels-from")
         if spec not in self.loaded:
-            from eval.datasets import DataError, load_tasks
+            from eval.datasets import DataError, default_cache_dir, load_tasks
 
-            cache_dir = self.cache_dir
-            if cache_dir is None:
-                from agents.run import default_cache_dir
-
-                cache_dir = default_cache_dir()
+            cache_dir = self.cache_dir if self.cache_dir is not None else default_cache_dir()
             try:
                 self.loaded[spec] = {t.name: t.qrels for t in load_tasks(spec, cache_dir)}
             except DataError as e:

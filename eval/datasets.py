@@ -23,12 +23,21 @@ Decisions worth knowing:
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+CACHE_ENV = "R2MED_AGENTS_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """Where downloads, indexes, embeddings, models and LLM answers are cached by default."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "r2med-agents")
+
 
 R2MED_TASKS: tuple[str, ...] = (
     "Biology",

@@ -94,7 +94,7 @@ def test_unknown_model_names_the_known_ones():
 
 
 def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv(local_llm.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv("R2MED_AGENTS_CACHE", str(tmp_path))
     assert local_llm.default_cache_dir() == tmp_path
 
 
