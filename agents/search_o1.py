@@ -67,12 +67,14 @@ DEFAULTS: dict[str, Any] = {
     "top_k": 10,
     "llm_mode": "auto",
     "doc_words": 400,  # each document is cut to this many words for Reason-in-Documents
+    "max_refusals": 2,  # end after this many refused searches in a row (0: never, as Search-o1)
 }
 PROMPTS = ("search-o1", "search-o1/documents", "search-o1/chat")
 
 
 class SearchO1State(SearchState, total=False):
     hits: list[str]  # doc ids of the newest search, waiting for Reason-in-Documents
+    refusals: int  # searches refused in a row (repeated, over the limit, empty)
 
 
 def truncate_reasoning(reasoning: str) -> str:
@@ -177,6 +179,7 @@ def build_graph(ctx: AgentContext) -> Any:
                 "steps": [step | {"message": refusal[1]}],
                 "segments": [*segments, canned_segment(refusal[1])],
                 "hits": [],
+                "refusals": state.get("refusals", 0) + 1,
             }
         ranking, step = search_step(
             ctx.retriever, "search", SearchRequest(query=query), options["top_k"]
@@ -186,13 +189,19 @@ def build_graph(ctx: AgentContext) -> Any:
             "searches": searches + 1,
             "queries": [*queries, query],
             "hits": list(ranking),
+            "refusals": 0,
         }
         if not ranking:  # nothing matched: no documents to reason over
             update["segments"] = [*segments, result_segment(NO_INFORMATION)]
         return update
 
     def after_search(state: SearchO1State) -> str:
-        return "documents" if state.get("hits") else "reason"
+        if state.get("hits"):
+            return "documents"
+        # Not in Search-o1: a model that keeps asking for searches it was refused is stuck
+        # (small models repeat one query until max_turns); stop paying for its turns.
+        stuck = options["max_refusals"] and state.get("refusals", 0) >= options["max_refusals"]
+        return "limit" if stuck else "reason"
 
     async def documents(state: SearchO1State) -> dict:
         segments = state["segments"]
@@ -212,10 +221,16 @@ def build_graph(ctx: AgentContext) -> Any:
         }
 
     async def limit(state: SearchO1State) -> dict:
-        reason = (
-            f"max_turns ({max_turns}) reached while the model still asked to search "
-            f"({state['call']!r}); ranking with what it has"
-        )
+        if state["turns"] >= max_turns:
+            reason = (
+                f"max_turns ({max_turns}) reached while the model still asked to search "
+                f"({state['call']!r}); ranking with what it has"
+            )
+        else:
+            reason = (
+                f"{state['refusals']} searches refused in a row (max_refusals); the model is "
+                f"stuck on {state['call']!r}; ranking with what it has"
+            )
         return {"steps": [{"node": "limit", "reason": reason}]}
 
     async def final(state: SearchO1State) -> dict:
@@ -229,7 +244,7 @@ def build_graph(ctx: AgentContext) -> Any:
     graph.add_node("final", final)
     graph.add_edge(START, "reason")
     graph.add_conditional_edges("reason", after_reason, ["search", "limit", "final"])
-    graph.add_conditional_edges("search", after_search, ["documents", "reason"])
+    graph.add_conditional_edges("search", after_search, ["documents", "reason", "limit"])
     graph.add_edge("documents", "reason")
     graph.add_edge("limit", "final")
     graph.add_edge("final", END)

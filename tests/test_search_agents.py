@@ -157,6 +157,22 @@ def test_o1_repeated_query_gets_the_canned_message_without_a_search(toy):
     assert f"{BEGIN_RESULT}\n{REPEATED_QUERY}\n{END_RESULT}" in third[-1]["content"]
 
 
+def test_o1_a_model_stuck_on_one_query_is_stopped_after_max_refusals(toy):
+    respond, _ = o1_searcher(["aspirin platelets"] * 10)
+    scripted.install(respond)
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q2"]
+    # one real search, then two refusals in a row (the default max_refusals), then stop
+    assert nodes(rec).count("search") == 1 and nodes(rec).count("search_skipped") == 2
+    assert nodes(rec)[-2:] == ["limit", "final"]
+    assert "2 searches refused in a row" in rec["steps"][-2]["reason"]
+    # with max_refusals=0 it gets canned messages until it answers (turn 11), as in Search-o1
+    assert run(toy, "search-o1", "--option", "max_refusals=0", name="strict") == 0
+    strict = records(toy, "strict")["q2"]
+    assert nodes(strict).count("reason") == 11 and nodes(strict).count("search_skipped") == 9
+    assert "limit" not in nodes(strict)
+
+
 def test_o1_search_limit_refuses_the_second_search(toy):
     respond, _ = o1_searcher(["aspirin platelets", "cyclooxygenase"])
     scripted.install(respond)
