@@ -265,6 +265,7 @@ async def run_task(
     args: argparse.Namespace,
     out: Path,
     cache_dir: Path,
+    overrides: dict[str, Path],
 ) -> dict:
     """Answer, rank and score one task into `out`; a finished task is read back, not redone."""
     summary_file = out / "metrics.json"
@@ -290,7 +291,7 @@ async def run_task(
         task=task.name,
         llm=llm,
         depth=cfg.depth,
-        prompt_overrides=parse_prompt_overrides(args.prompt),
+        prompt_overrides=overrides,
         options=cfg.options,
     )
     queries = _limited(task, cfg.limit)
@@ -415,7 +416,9 @@ async def amain(args: argparse.Namespace) -> int:
 
     by_task = {}
     for task in tasks:
-        summary = await run_task(task, cfg, spec, llm, args, run_dir / task.name, cache_dir)
+        summary = await run_task(
+            task, cfg, spec, llm, args, run_dir / task.name, cache_dir, overrides
+        )
         by_task[task.name] = summary
         print(_report(summary))
 
