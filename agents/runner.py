@@ -21,6 +21,7 @@ from typing import Any
 from tqdm import tqdm
 
 from agents.context import steps_usage
+from agents.records import read_records
 
 # Values of environment variables named like secrets are scrubbed from anything we write
 # (error messages can quote a key back).
@@ -32,22 +33,6 @@ def redact(text: str) -> str:
         if _SECRET_NAME.search(name) and len(value) >= 8 and value in text:
             text = text.replace(value, f"<{name}>")
     return text
-
-
-def read_records(path: Path) -> dict[str, dict[str, Any]]:
-    """The last record of each query in a ``queries.jsonl``; a torn last line is ignored."""
-    records: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash: that query simply runs again
-            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
-                records[record["query_id"]] = record
-    return records
 
 
 def ranking_of(record: Mapping[str, Any]) -> dict[str, float]:

@@ -159,6 +159,12 @@ def strip_tags(text: str) -> str:
     return " ".join(_TAG.sub(" ", text).split())
 
 
+def _search_with(ctx: AgentContext, query: str, text: str) -> tuple[dict[str, float], dict]:
+    """The final search with generated text, used like a HyDE passage (see the module doc)."""
+    request = SearchRequest(query=query, expansion=text, sparse_text=text)
+    return search_step(ctx.retriever, "final", request, ctx.depth)
+
+
 async def final_ranking(
     ctx: AgentContext, state: SearchState, answer: str, passage: str | None = None
 ) -> dict[str, Any]:
@@ -179,24 +185,14 @@ async def final_ranking(
         if not text:
             text = query
             note["note"] = "empty trace; searched with the query instead"
-        ranking, step = search_step(
-            ctx.retriever,
-            "final",
-            SearchRequest(query=query, expansion=text, sparse_text=text),
-            ctx.depth,
-        )
+        ranking, step = _search_with(ctx, query, text)
         return {"steps": [step | note], "ranking": ranking, "generated": generated}
 
     text = (answer if passage is None else passage).strip()
     if not text:
         text = query
         note["note"] = "empty answer; searched with the query instead"
-    ranking, step = search_step(
-        ctx.retriever,
-        "final",
-        SearchRequest(query=query, expansion=text, sparse_text=text),
-        ctx.depth,
-    )
+    ranking, step = _search_with(ctx, query, text)
     if not ranking and text != query:
         # BM25 finds nothing for an answer without a corpus term ("More."); an empty list
         # would score 0 where the query alone finds something.

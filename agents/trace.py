@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agents.runner import read_records
+from agents.records import read_records
 
 WIDTH = 100
 

@@ -33,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from agents.records import read_records
 from eval.evaluate import evaluate, metric_names
 from eval.report import leaderboard_markdown, order_tasks
 from eval.significance import TESTS, Test, paired_p_value
@@ -193,7 +194,7 @@ def load_run(path: Path | str) -> RunData:
         tasks[folder.name] = TaskFiles(
             per_query=_read_per_query(per_query_file),
             summary=json.loads(summary_file.read_text()) if summary_file.is_file() else {},
-            records=_read_records(folder / "queries.jsonl"),
+            records=read_records(folder / "queries.jsonl", ("query", "usage", "seconds", "error")),
             run_trec=run_trec,
         )
     return RunData(path=path, label=run_label(config), config=config, tasks=tasks)
@@ -302,23 +303,6 @@ def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
         return {}
     rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
     return {str(r.pop("query_id")): r for r in rows}
-
-
-def _read_records(path: Path) -> dict[str, dict[str, Any]]:
-    # As agents.runner.read_records (last record wins, a torn line is skipped), but without
-    # the traces, which can be large and are not needed here.
-    records: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            keep = ("query", "usage", "seconds", "error")
-            records[str(r["query_id"])] = {k: r.get(k) for k in keep}
-    return records
 
 
 def _labelled(runs: list[RunData]) -> dict[str, RunData]:
