@@ -1,7 +1,7 @@
 """Time the agent framework itself: search-o1 with BM25 on SciFact and a scripted LLM.
 
     python bench/agent_bench.py [--queries 300] [--latency 0.2] [--concurrency 1 8 32]
-                                [--repeats 3] [--profile]
+                                [--repeats 3] [--profile] [--breakdown] [--smoke]
 
 The scripted model makes every query do exactly one search and then answer: the first
 reasoning call returns ``<|begin_search_query|>`` + the question (the provider would cut the
@@ -25,6 +25,10 @@ is the sum of the ``seconds`` of every retrieval step in the written records.
 Each measurement is repeated ``--repeats`` times and the median reported, except scaling at
 concurrency 1, which is sleep-dominated (queries x 3 x latency) and runs once. One warm-up run
 (a few queries) first builds the BM25 index and pays litellm's lazy imports.
+
+``--smoke`` runs every part (breakdown and profile included) once, on 3 queries of the bundled
+demo dataset (unless ``--data`` is given), a 10 ms LLM and concurrency 1 and 2, in a few
+seconds, so the test suite keeps the script working; its figures measure nothing.
 """
 
 from __future__ import annotations
@@ -53,10 +57,20 @@ import agents.run as run_module  # noqa: E402
 from agents import scripted  # noqa: E402
 from agents.llm import LLM  # noqa: E402
 from agents.search_o1 import BEGIN_QUERY  # noqa: E402
+from eval.datasets import DEMO_DIR  # noqa: E402
 
 litellm = llm_module.litellm  # imported by agents.llm, which keeps the cost map offline
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+SCIFACT = Path(__file__).resolve().parents[2] / "shared" / "data" / "scifact"
+SMOKE = {
+    "queries": 3,
+    "latency": 0.01,
+    "concurrency": [1, 2],
+    "repeats": 1,
+    "profile": True,
+    "breakdown": True,
+    "profile_top": 5,
+}
 READER_PROMPT_START = "**Task Instruction:**"  # how Reason-in-Documents' prompt begins
 INFORMATION = "**Final Information**\n\nThe documents discuss the claim and its evidence."
 RETRIEVAL_NODES = ("search", "final", "retrieve")
@@ -90,8 +104,9 @@ class Loop:
 
 
 class Bench:
-    def __init__(self, root: Path, queries: int) -> None:
+    def __init__(self, root: Path, queries: int, data: Path) -> None:
         self.root = root
+        self.data = data
         self.runs = root / "runs"
         self.cache = root / "cache"
         self.queries = queries
@@ -127,7 +142,7 @@ class Bench:
         name = run_name or f"run{self.n}"
         argv = [
             "--agent", agent,
-            "--dataset", str(DATA),
+            "--dataset", str(self.data),
             "--model", "scripted/bench",
             "--runs-dir", str(self.runs),
             "--cache-dir", str(self.cache),
@@ -149,7 +164,7 @@ class Bench:
         main_wall = time.perf_counter() - started
         if code != 0:
             raise SystemExit(f"agents.run.main {argv} returned {code}")
-        path = self.runs / name / DATA.name / "queries.jsonl"
+        path = self.runs / name / self.data.name / "queries.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines()]
         steps = [s for r in records for s in r["steps"]]
         return Loop(
@@ -376,18 +391,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-top", type=int, default=25)
     p.add_argument("--skip", nargs="*", default=[], choices=["overhead", "scaling", "cache"])
     p.add_argument("--tmp-dir", type=Path, default=None, help="where run folders go")
+    p.add_argument("--data", type=Path, help=f"a dataset folder (default: {SCIFACT})")
+    p.add_argument("--smoke", action="store_true", help="every part, tiny, in a few seconds")
     args = p.parse_args(argv)
-    if not DATA.is_dir():
-        print(f"error: SciFact not found at {DATA}", file=sys.stderr)
+    if args.smoke:
+        for key, value in SMOKE.items():
+            setattr(args, key, value)
+        args.data = args.data or DEMO_DIR
+        print("smoke run: tiny sizes, every part, figures meaningless")
+    data = (args.data or SCIFACT).resolve()
+    if not data.is_dir():
+        print(f"error: no dataset folder at {data}", file=sys.stderr)
         return 2
-    print(f"search-o1 + BM25 on SciFact ({args.queries} queries), scripted LLM; {load()}")
+    print(f"search-o1 + BM25 on {data.name} ({args.queries} queries), scripted LLM; {load()}")
     with tempfile.TemporaryDirectory(prefix="agent-bench-", dir=args.tmp_dir) as tmp:
-        bench = Bench(Path(tmp), args.queries)
+        bench = Bench(Path(tmp), args.queries, data)
         started = time.perf_counter()
-        warm = bench.run(latency_s=0.0, concurrency=1, queries=5)  # index build, lazy imports
+        warm_queries = min(5, args.queries)
+        warm = bench.run(latency_s=0.0, concurrency=1, queries=warm_queries)  # index, imports
         print(
-            f"warm-up (5 queries, builds the BM25 index): {time.perf_counter() - started:.1f} s,"
-            f" {warm.provider_calls} calls"
+            f"warm-up ({warm_queries} queries, builds the BM25 index): "
+            f"{time.perf_counter() - started:.1f} s, {warm.provider_calls} calls"
         )
         if "overhead" not in args.skip:
             overhead(bench, args.repeats)

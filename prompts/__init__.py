@@ -7,15 +7,22 @@ file exists only where the wording really differs. R2MED words its post prompts 
 
 The files hold the exact bytes sent to the model: no header, no added final newline, and the
 trailing space after "Passage:" is R2MED's. ``Prompt.sha256`` is therefore the ``sha256sum`` of
-the file. Where each text comes from is recorded in ``prompts/SOURCES.md``.
+the file, with one exception: a UTF-8 byte-order mark at the start (which some editors write) is
+stripped on read, because it would otherwise reach the model as text; the hash is of the text
+actually sent. Where each text comes from is recorded in ``prompts/SOURCES.md``.
 
 Placeholders are ``str.format`` fields: ``{query}`` everywhere, ``{docs}`` for LameR (see
 `format_docs`) and ``{examples}`` for query2doc (its few-shot examples, which R2MED's public code
-does not include).
+does not include). Every file, built-in or override, is checked when it is read (see
+`placeholder_rules`): the placeholders a prompt may use and must use are derived from the
+built-in files of its family, so an override that drops ``{query}`` or names a placeholder no
+agent fills is refused at start-up instead of sending one text for every query, or failing each
+query mid-run.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import string
 from collections.abc import Mapping
@@ -27,6 +34,15 @@ from eval.datasets import R2MED_TASKS, TASK_KINDS, task_kind
 PROMPTS_DIR = Path(__file__).resolve().parent
 DEFAULT = "default"
 LAMER_TOP_K = 10  # R2MED's LameR shows the BM25 top-10
+# Variants that select a family's main prompt by task or query kind; any other built-in variant
+# (search-o1/documents, search-r1/chat, ...) is a helper prompt, a family of its own.
+MAIN_VARIANTS = frozenset({DEFAULT, *TASK_KINDS, *R2MED_TASKS})
+# Values that are one constant for a whole run may be left out of a prompt: every query still
+# gets its own text (docs/sweep-scifact.toml's zero-shot "textbook" query2doc prompt drops
+# {examples}; the agent enforces max_searches whether or not the model is told). A per-query
+# input ({query}, {docs}, {documents}, {observation}, ...) may not: what the agent computed
+# would silently never reach the model.
+RUN_CONSTANTS = frozenset({"examples", "max_searches"})
 
 
 class PromptError(ValueError):
@@ -103,11 +119,79 @@ def prompt_names() -> list[str]:
     return sorted(f"{p.parent.name}/{p.stem}" for p in PROMPTS_DIR.glob("*/*.txt"))
 
 
+@dataclass(frozen=True)
+class PlaceholderRule:
+    """What the prompts of one family may and must use, derived from its built-in files."""
+
+    family: str
+    allowed: frozenset[str]  # the union of the built-ins' placeholders
+    required: frozenset[str]  # their intersection, less `RUN_CONSTANTS`
+    builtins: tuple[str, ...]  # the files it was derived from, as "name/variant"
+
+
+def prompt_family(name: str) -> str:
+    """The family whose rule applies to prompt ``name`` ("hyde", "hyde/exam", "hyde/scifact").
+
+    A helper prompt such as "search-o1/documents" is its own family; any other variant, built-in
+    or not (an override resolved for a task outside R2MED), belongs to the main prompt.
+    """
+    family, _, variant = name.partition("/")
+    if variant and variant not in MAIN_VARIANTS and name in _builtin_names():
+        return name
+    return family
+
+
+@functools.cache
+def placeholder_rules() -> dict[str, PlaceholderRule]:
+    """The placeholder rule of every prompt family, from the built-in files (read once)."""
+    groups: dict[str, dict[str, frozenset[str]]] = {}
+    for name in prompt_names():
+        path = PROMPTS_DIR / f"{name}.txt"
+        fields = frozenset(_checked_fields(name, path, _decode(name, path)))
+        groups.setdefault(prompt_family(name), {})[name] = fields
+    return {
+        family: PlaceholderRule(
+            family,
+            frozenset().union(*members.values()),
+            frozenset.intersection(*members.values()) - RUN_CONSTANTS,
+            tuple(members),
+        )
+        for family, members in groups.items()
+    }
+
+
+def check_placeholders(prompt: Prompt) -> None:
+    """Raise PromptError if ``prompt`` uses a placeholder its family does not fill, or lacks
+    one it needs; a family without built-ins has no rule and passes."""
+    rule = placeholder_rules().get(prompt_family(prompt.name))
+    if rule is None:
+        return
+    fields = set(prompt.placeholders)
+    unknown = [f for f in prompt.placeholders if f not in rule.allowed]
+    if unknown:
+        # No brace-doubling hint where nothing is allowed: those texts are sent unformatted.
+        takes = (
+            f"{_braced(sorted(rule.allowed))} (write {{{{ and }}}} for literal braces)"
+            if rule.allowed
+            else "none"
+        )
+        raise PromptError(
+            f"prompt {prompt.name} ({prompt.path}) has unknown placeholder(s) {_braced(unknown)}; "
+            f"{rule.family} prompts take: {takes}"
+        )
+    missing = sorted(rule.required - fields)
+    if missing:
+        raise PromptError(
+            f"prompt {prompt.name} ({prompt.path}) lacks placeholder(s) {_braced(missing)}, "
+            f"which every built-in {rule.family} prompt uses: without it the value the agent "
+            "passes never reaches the model"
+        )
+
+
 def parse_prompt_overrides(specs: list[str]) -> dict[str, Path]:
     """Parse ``--prompt NAME=path`` values, e.g. "hyde/exam=my.txt" or "hyde=my.txt"."""
     names = prompt_names()
     families = {n.split("/")[0] for n in names}
-    variants = {DEFAULT, *TASK_KINDS, *R2MED_TASKS, *(n.split("/")[1] for n in names)}
     overrides: dict[str, Path] = {}
     for spec in specs:
         key, sep, raw_path = spec.partition("=")
@@ -122,10 +206,13 @@ def parse_prompt_overrides(specs: list[str]) -> dict[str, Path]:
             )
         if "/" in key:
             variant = _canonical_task(variant)
-            if variant not in variants:
+            # A helper variant of another family ("hyde/chat") would never be loaded.
+            if variant not in MAIN_VARIANTS and f"{family}/{variant}" not in names:
+                own = [n for n in names if n.startswith(f"{family}/") and n == prompt_family(n)]
                 raise PromptError(
                     f"bad prompt override {spec!r}: {variant!r} is not a kind "
-                    f"({', '.join(TASK_KINDS)}), an R2MED task or 'default'"
+                    f"({', '.join(TASK_KINDS)}), an R2MED task, 'default' or a helper prompt "
+                    f"of {family} ({', '.join(own) if own else 'it has none'})"
                 )
             key = f"{family}/{variant}"
         if key in overrides:
@@ -133,6 +220,9 @@ def parse_prompt_overrides(specs: list[str]) -> dict[str, Path]:
         path = Path(raw_path).expanduser()
         if not path.is_file():
             raise PromptError(f"prompt override {key!r}: no such file {str(path)!r}")
+        # Read and check it now, the first time the file is seen: a bad override is refused
+        # before any dataset or model work. "hyde" (every variant) takes the family's rule.
+        _read(key, path)
         overrides[key] = path
     return overrides
 
@@ -153,24 +243,52 @@ def format_docs(texts: list[str], max_words: int = 512) -> str:
 
 
 def _read(name: str, path: Path) -> Prompt:
+    text = _decode(name, path)
+    prompt = Prompt(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest(), path)
+    # Check the fields now, so a broken override fails at startup rather than mid-run.
+    _checked_fields(name, path, text)
+    check_placeholders(prompt)
+    return prompt
+
+
+def _decode(name: str, path: Path) -> str:
     # Bytes, not read_text(): universal-newline decoding would change the text and its hash.
     try:
         text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read prompt {name} from {path}: {exc}") from exc
-    prompt = Prompt(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest(), path)
-    # Check the fields now, so a broken override fails at startup rather than mid-run.
+    return text.removeprefix("\ufeff")
+
+
+def _checked_fields(name: str, path: Path, text: str) -> list[str]:
+    """The text's format fields, or PromptError for what ``str.format`` would reject later."""
     try:
-        fields = prompt.placeholders
+        parsed = [(f, c, s) for _, f, s, c in string.Formatter().parse(text) if f is not None]
     except ValueError as exc:  # a lone "{" or "}"
         raise PromptError(
             f"prompt {name} ({path}) is malformed: {exc} (write {{{{ and }}}} for literal braces)"
         ) from exc
-    if any(not f or _field_root(f).isdigit() for f in fields):
-        raise PromptError(
-            f"prompt {name} ({path}) has a positional placeholder; use named ones such as {{query}}"
-        )
-    return prompt
+    for field, conversion, spec in parsed:
+        if not field or _field_root(field).isdigit():
+            raise PromptError(
+                f"prompt {name} ({path}) has a positional placeholder; use named ones such as "
+                "{query}"
+            )
+        if conversion not in (None, "r", "s", "a") or "{" in spec:
+            raise PromptError(
+                f"prompt {name} ({path}) is malformed: placeholder {{{field}}} has a bad "
+                f"conversion or a nested field (write {{{{ and }}}} for literal braces)"
+            )
+    return list(dict.fromkeys(f for f, _, _ in parsed))
+
+
+def _braced(fields: list[str]) -> str:
+    return ", ".join("{" + f + "}" for f in fields)
+
+
+@functools.cache
+def _builtin_names() -> frozenset[str]:
+    return frozenset(prompt_names())
 
 
 def _field_root(field: str) -> str:

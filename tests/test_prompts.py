@@ -1,17 +1,24 @@
 import hashlib
+import re
 from pathlib import Path
 
 import pytest
 
 from eval.datasets import R2MED_KINDS, R2MED_TASKS
 from prompts import (
+    MAIN_VARIANTS,
     PROMPTS_DIR,
     PromptError,
+    check_placeholders,
     format_docs,
     load_prompt,
     parse_prompt_overrides,
+    placeholder_rules,
+    prompt_family,
     prompt_names,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 GAR = ("hyde", "query2doc", "lamer")
 VALUES = {"query": "A 3-year-old with fever and a rash.", "docs": "\n[1]. d", "examples": "E"}
@@ -116,9 +123,11 @@ def test_overrides_take_precedence_and_change_the_hash(tmp_path):
 def test_parse_prompt_overrides(tmp_path):
     mine = tmp_path / "mine.txt"
     mine.write_text("{query}")
-    assert parse_prompt_overrides([f"hyde/exam={mine}", f"lamer={mine}"]) == {
+    lamer = tmp_path / "lamer.txt"
+    lamer.write_text("{query} {docs}")
+    assert parse_prompt_overrides([f"hyde/exam={mine}", f"lamer={lamer}"]) == {
         "hyde/exam": mine,
-        "lamer": mine,
+        "lamer": lamer,
     }
     assert parse_prompt_overrides([f"hyde/medqa-diag={mine}"]) == {"hyde/MedQA-Diag": mine}
 
@@ -131,6 +140,9 @@ def test_parse_prompt_overrides(tmp_path):
         ("hyde=", "expected NAME=path"),
         ("hyd=MINE", "unknown prompt 'hyd'"),
         ("hyde/exams=MINE", "'exams' is not a kind"),
+        # never loaded: "chat" is a helper prompt of the search agents, not of hyde
+        ("hyde/chat=MINE", r"or a helper prompt of hyde \(it has none\)"),
+        ("search-o1/answer=MINE", r"helper prompt of search-o1 \(search-o1/chat, search-o1/doc"),
         ("hyde/exam=missing.txt", "no such file"),
     ],
 )
@@ -185,3 +197,154 @@ def test_prompt_names_lists_every_file():
     names = prompt_names()
     assert "hyde/exam" in names and "reason/default" in names and "lamer/Biology" in names
     assert len(names) == len(list(Path(PROMPTS_DIR).glob("*/*.txt")))
+
+
+# The placeholder rules come from the built-in files; these pin what they derive to.
+RULES = {
+    "hyde": ({"query"}, {"query"}),
+    "lamer": ({"query", "docs"}, {"query", "docs"}),
+    "query2doc": ({"query", "examples"}, {"query"}),  # {examples} is one text for the run
+    "query2doc-examples": (set(), set()),
+    "reason": ({"query"}, {"query"}),
+    "search-o1": ({"query", "max_searches"}, {"query"}),
+    "search-o1/documents": (
+        {"prev_reasoning", "search_query", "documents"},
+        {"prev_reasoning", "search_query", "documents"},
+    ),
+    "search-o1/chat": ({"observation"}, {"observation"}),
+    "search-r1": ({"query"}, {"query"}),
+    "search-r1/chat": ({"observation"}, {"observation"}),
+    "search-r1/final": (set(), set()),
+    "system": (set(), set()),
+}
+
+
+def test_rules_derived_from_the_builtin_files():
+    rules = placeholder_rules()
+    assert {f: (set(r.allowed), set(r.required)) for f, r in rules.items()} == RULES
+    assert len(rules["hyde"].builtins) == 7 and rules["search-o1/chat"].builtins == (
+        "search-o1/chat",
+    )
+
+
+@pytest.mark.parametrize("name", prompt_names())
+def test_every_builtin_passes_its_family_check(name):
+    family, variant = name.split("/")
+    prompt = load_prompt(family, variant)
+    assert prompt.name == name and prompt.path == PROMPTS_DIR / f"{name}.txt"
+    check_placeholders(prompt)
+    # A copy of the file is accepted as an override of itself and, for a main prompt, of the
+    # whole family ("--prompt hyde=copy-of-hyde-Biology.txt").
+    assert parse_prompt_overrides([f"{name}={prompt.path}"]) == {name: prompt.path}
+    if variant in MAIN_VARIANTS:
+        assert prompt_family(name) == family
+        assert parse_prompt_overrides([f"{family}={prompt.path}"]) == {family: prompt.path}
+
+
+def test_no_builtin_starts_with_a_bom():
+    # The hash of a built-in is the sha256sum of its file only if nothing is stripped on read.
+    assert not [n for n in prompt_names() if (PROMPTS_DIR / f"{n}.txt").read_bytes()[:3] == BOM]
+
+
+def override_error(tmp_path: Path, key: str, text: str) -> str:
+    """The one-line error parse_prompt_overrides gives for ``key`` set to a file with ``text``."""
+    path = tmp_path / "mine.txt"
+    path.write_text(text)
+    with pytest.raises(PromptError) as info:
+        parse_prompt_overrides([f"{key}={path}"])
+    message = str(info.value)
+    assert str(path) in message and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("key", ["hyde", "hyde/exam", "hyde/MedQA-Diag", "reason", "search-r1"])
+def test_override_without_query_is_refused_at_parse(tmp_path, key):
+    # Without {query} every query would get the same prompt.
+    message = override_error(tmp_path, key, "Write a passage about medicine.\nPassage: ")
+    assert "lacks placeholder(s) {query}" in message and f"prompt {key} " in message
+
+
+def test_missing_per_query_inputs_are_named(tmp_path):
+    assert "lacks placeholder(s) {docs}" in override_error(tmp_path, "lamer/exam", "Q: {query}")
+    message = override_error(tmp_path, "search-o1/documents", "{documents}")
+    assert "lacks placeholder(s) {prev_reasoning}, {search_query}" in message
+    message = override_error(tmp_path, "search-o1/chat", "Results follow.")
+    assert "lacks placeholder(s) {observation}" in message
+
+
+def test_unknown_placeholder_is_named_with_the_allowed_ones(tmp_path):
+    message = override_error(tmp_path, "lamer", "Q: {query}\nDocs: {docs}\nNotes: {notes}")
+    assert "unknown placeholder(s) {notes}; lamer prompts take: {docs}, {query}" in message
+    # hyde is rendered with docs="" too, but its prompts never show documents
+    message = override_error(tmp_path, "hyde/case", "{query} {docs}")
+    assert "unknown placeholder(s) {docs}; hyde prompts take: {query}" in message
+    # search-r1's agent has no max_searches to give its prompt
+    message = override_error(tmp_path, "search-r1", "{query} (at most {max_searches} searches)")
+    assert "unknown placeholder(s) {max_searches}" in message
+    # attribute access would fail at render time on every query
+    assert "unknown placeholder(s) {query.upper}" in override_error(
+        tmp_path, "hyde", "{query.upper}"
+    )
+
+
+@pytest.mark.parametrize("key", ["system", "search-r1/final", "query2doc-examples"])
+def test_texts_sent_as_written_take_no_placeholder(tmp_path, key):
+    message = override_error(tmp_path, key, "Answer {query} carefully.")
+    assert "unknown placeholder(s) {query}" in message and "prompts take: none" in message
+
+
+def test_run_constants_may_be_left_out(tmp_path):
+    # The zero-shot "textbook" prompt of docs/sweep-scifact.toml replaces hyde's and query2doc's.
+    textbook = REPO / "docs" / "sweep-prompts" / "textbook.txt"
+    assert parse_prompt_overrides([f"hyde={textbook}", f"query2doc={textbook}"])
+    no_limit = tmp_path / "o1.txt"
+    no_limit.write_text("Search as needed, then answer.\n\nQuestion: {query}")
+    assert parse_prompt_overrides([f"search-o1={no_limit}"]) == {"search-o1": no_limit}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("Use {query} and a lone } brace", "malformed: Single '}'"),
+        ("Use {query} and a lone { brace", "malformed"),
+        ("Use {query", "malformed"),
+        ("{} {query}", "positional placeholder"),
+        ("{0} {query}", "positional placeholder"),
+        ("{query!x}", r"placeholder \{query\} has a bad conversion"),
+        ("{query:{width}}", "or a nested field"),
+    ],
+)
+def test_malformed_override_is_refused_at_parse(tmp_path, text, message):
+    assert re.search(message, override_error(tmp_path, "hyde", text))
+
+
+BOM = "\ufeff".encode()
+
+
+def test_bom_is_stripped_and_not_hashed(tmp_path):
+    plain = tmp_path / "plain.txt"
+    plain.write_bytes(b"Answer: {query}")
+    with_bom = tmp_path / "bom.txt"
+    with_bom.write_bytes(BOM + b"Answer: {query}")
+    assert parse_prompt_overrides([f"hyde={with_bom}"]) == {"hyde": with_bom}
+    prompt = load_prompt("hyde", "exam", {"hyde": with_bom})
+    assert prompt.text == "Answer: {query}"
+    assert prompt.render(query="Q") == "Answer: Q"
+    # the hash is of the text sent, so it equals the same prompt saved without a BOM
+    assert prompt.sha256 == load_prompt("hyde", "exam", {"hyde": plain}).sha256
+    assert prompt.sha256 == hashlib.sha256(b"Answer: {query}").hexdigest()
+    # only a leading BOM is an encoding mark; one inside the text is kept
+    with_bom.write_bytes(b"Answer: " + BOM + b"{query}")
+    assert "\ufeff" in load_prompt("hyde", "exam", {"hyde": with_bom}).text
+
+
+def test_bad_override_fails_in_load_prompt_too(tmp_path):
+    # load_prompt checks whatever it reads, for callers that skip parse_prompt_overrides.
+    bad = tmp_path / "bad.txt"
+    bad.write_text("no placeholder")
+    with pytest.raises(
+        PromptError, match=r"prompt hyde/MedQA-Diag \(.*bad\.txt\) lacks .*\{query\}"
+    ):
+        load_prompt("hyde", task="MedQA-Diag", overrides={"hyde": bad})
+    with pytest.raises(PromptError, match=r"prompt hyde/scifact .* lacks"):
+        load_prompt("hyde", task="scifact", overrides={"hyde": bad})

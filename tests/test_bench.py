@@ -1,0 +1,78 @@
+"""Every script under bench/ runs in its --smoke mode and still prints its ratio lines.
+
+The benchmarks are run by hand, rarely; without this a changed API breaks them unnoticed (as
+bm25_bench.py's call to the BM25 fingerprint once did). A new script is picked up by the glob
+and must accept --smoke; give it an entry in EXPECTED to check its own summary lines.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted((REPO / "bench").glob("*.py"))
+NUM = r"\d+(?:\.\d+)?"
+RATIOS = rf"build +{NUM}x +scoring +{NUM}x +peak memory +{NUM}x"
+
+# Lines each script's summary must contain (regexes, multiline). bm25s and rank_bm25 are
+# dependencies (rank_bm25 of the package, bm25s of its test extra), so their rows must run;
+# bm25s's numba backend needs numba, which neither installs, so that row may be skipped.
+EXPECTED: dict[str, list[str]] = {
+    "agent_bench.py": [
+        rf"^  median: loop {NUM} ms/query = retrieval {NUM} \+ overhead {NUM} ms/query",
+        rf"^  litellm\.acompletion -> provider directly +{NUM} ms/query \([+-]{NUM}\)",
+        rf"^  2 +\d+ +{NUM} +{NUM} +{NUM} +{NUM} +{NUM}",  # scaling row at concurrency 2
+        r"^  rerun \(fresh run folder, same cache\): 0 provider calls \(asserted\)",
+        rf"^  ratio cached rerun / none: {NUM} \(loop\)",
+    ],
+    "bm25_bench.py": [
+        rf"^  ours bm25q vs bm25s numpy +{RATIOS}",
+        rf"^  ours lucene vs rank_bm25 +{RATIOS}",
+        rf"^(  ours bm25q vs bm25s numba +{RATIOS}|skipped bm25s numba: numba not installed)",
+        rf"^  >= 100x faster than rank_bm25: {NUM}x",
+    ],
+    "embed_bench.py": [
+        rf"^fp32: {NUM} docs/s",
+        rf"^bf16/fp32 speed ratio: {NUM}",
+        rf"^top-10 overlap over 4 queries: mean {NUM}, min {NUM}; same top-1 {NUM}",
+    ],
+}
+GENERIC = rf"{NUM}x\b|ratio[^\n]*: {NUM}"  # for a script without an entry above
+
+
+def test_expected_names_only_existing_scripts():
+    assert set(EXPECTED) <= {p.name for p in SCRIPTS}
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_bench_smoke(script: Path, tmp_path: Path):
+    env = {
+        **os.environ,
+        "R2MED_AGENTS_CACHE": str(tmp_path / "cache"),
+        "TMPDIR": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    # A timeout, so a bench that hangs (a child process that died unseen) fails instead.
+    proc = subprocess.run(
+        [sys.executable, str(script), "--smoke"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    out = proc.stdout
+    assert proc.returncode == 0, f"{script.name} --smoke exited {proc.returncode}:\n{proc.stderr}"
+    assert "smoke run:" in out
+    for pattern in EXPECTED.get(script.name, [GENERIC]):
+        assert re.search(pattern, out, re.MULTILINE), f"no line matching {pattern!r} in:\n{out}"
+    if script.name == "bm25_bench.py":
+        assert "skipped bm25s numpy" not in out and "skipped rank_bm25" not in out
