@@ -11,23 +11,37 @@ Decisions worth knowing:
 
 * Ids are always strings. Integer ids in JSON are converted with ``str()`` so that ``7`` in
   corpus.jsonl and ``"7"`` in a TSV qrels file name the same document. Other id types (floats,
-  booleans, null) and empty ids are errors.
+  booleans, null) and empty ids are errors, and so is an id holding whitespace or a
+  non-printable character (``id_problem``): a TREC run file cannot carry it, and an invisible
+  one (NBSP, zero-width space) would silently fail to match. Rejecting it at load time costs
+  nothing; finding it when ``run.trec`` is written comes after every LLM call was paid for.
+* Grades are integers in ``GRADE_MIN .. GRADE_MAX``. trec_eval holds them in a C ``int``
+  (pytrec_eval raises SystemError beyond it) and allocates memory in proportion to the largest
+  grade (a grade of 2**31 - 1 needed about 17 GB and three minutes), so the upper bound is
+  65535, far above any grading scale in use. Negative grades are accepted and counted in a
+  note; the evaluator scores them as 0, i.e. judged non-relevant (``eval.evaluate``): with
+  pytrec_eval that gives the same nDCG, MAP, P, recall and MRR as the negative grades
+  themselves, except that a query judged only by grades of -2 or below, after another query,
+  crashes pytrec_eval (segfault) instead of scoring 0.
 * Duplicate doc or query ids keep the last occurrence, as R2MED's own loader does.
 * Qrels naming unknown docs are kept: those docs still count as relevant, so they cap recall
   exactly as they do in the original benchmark. Qrels naming unknown queries are dropped, since
   such a query has no text to run.
 * Problems that leave a usable task (duplicates, empty texts, dangling qrels, queries without
-  qrels) become ``Task.notes`` and log warnings; anything that makes the data unusable or
-  ambiguous raises ``DataError`` with a one-line message naming the file, line and field.
+  qrels, negative grades) become ``Task.notes`` and log warnings; anything that makes the data
+  unusable or ambiguous raises ``DataError`` with a one-line message naming the file, line and
+  field.
 """
 
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from retrievers.fingerprint import corpus_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +115,31 @@ class DataError(ValueError):
     """Input data is missing or malformed; the message is one line naming file, line and field."""
 
 
+# The C int trec_eval holds grades in; above, the memory trec_eval allocates per relevance
+# level (see the module docstring).
+GRADE_MIN = -(2**31)
+GRADE_MAX = 2**16 - 1
+
+
+def id_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a query or doc id, or ``None`` if it can.
+
+    An id must be non-empty, without whitespace (it is a column of a TREC file) and without
+    non-printable characters (zero-width and other invisible characters make ids that look
+    equal and are not). The one id rule for loaders and TREC files alike.
+    """
+    if not value:
+        return "empty id"
+    for position, char in enumerate(value):
+        if char.isspace() or not char.isprintable():
+            kind = "whitespace" if char.isspace() else "non-printable character"
+            return (
+                f"id {value!r} contains {kind} {char!r} (U+{ord(char):04X}) "
+                f"at position {position + 1}"
+            )
+    return None
+
+
 @dataclass
 class Task:
     name: str
@@ -109,6 +148,26 @@ class Task:
     qrels: dict[str, dict[str, int]]  # query id -> doc id -> relevance grade
     path: Path
     notes: list[str] = field(default_factory=list)
+
+
+def task_fingerprint(task: Task) -> dict[str, str]:
+    """sha256 hex digests of the task's corpus, queries and qrels, to bind results to data.
+
+    The corpus digest is ``retrievers.fingerprint.corpus_fingerprint`` of its ids and texts in
+    corpus order, the key the dense index cache uses: corpus order is part of the data, since
+    it decides which tied documents make a top-k cut and which zero-score documents pad a
+    ranking (``eval.evaluate.pad_run``). Query order decides nothing, so queries and qrels
+    are hashed as canonical JSON with sorted keys (the same function, header only).
+    """
+    return {
+        "corpus": corpus_fingerprint(list(task.corpus), list(task.corpus.values())),
+        "queries": _canonical_digest(task.queries),
+        "qrels": _canonical_digest(task.qrels),
+    }
+
+
+def _canonical_digest(data: Mapping[str, Any]) -> str:
+    return corpus_fingerprint((), (), header=data)
 
 
 # --- low-level readers -------------------------------------------------------------------------
@@ -170,15 +229,22 @@ def _get(obj: dict[str, Any], key: str, where: str) -> Any:
 
 def _as_id(value: Any, key: str, where: str) -> str:
     if isinstance(value, str):
-        if value:
-            return value
-        raise DataError(f"{where}: field {key!r}: expected a non-empty id, got an empty string")
+        if not value:
+            raise DataError(f"{where}: field {key!r}: expected a non-empty id, got an empty string")
+        return _checked_id(value, key, where)
     # bool is an int subclass, but true/false as an id is surely a mistake.
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise DataError(
         f"{where}: field {key!r}: expected a string or integer id, got {_type_name(value)}"
     )
+
+
+def _checked_id(value: str, key: str, where: str) -> str:
+    problem = id_problem(value)
+    if problem:
+        raise DataError(f"{where}: field {key!r}: {problem}")
+    return value
 
 
 def _as_text(value: Any, key: str, where: str) -> str:
@@ -189,14 +255,23 @@ def _as_text(value: Any, key: str, where: str) -> str:
 
 def _as_grade(value: Any, key: str, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
+        grade = value
+    elif isinstance(value, str):
         try:
-            return int(value)
+            grade = int(value)
         except ValueError:
-            pass
-        raise DataError(f"{where}: field {key!r}: expected an integer grade, got {value!r}")
-    raise DataError(f"{where}: field {key!r}: expected an integer grade, got {_type_name(value)}")
+            raise DataError(
+                f"{where}: field {key!r}: expected an integer grade, got {value!r}"
+            ) from None
+    else:
+        raise DataError(
+            f"{where}: field {key!r}: expected an integer grade, got {_type_name(value)}"
+        )
+    if not GRADE_MIN <= grade <= GRADE_MAX:
+        raise DataError(
+            f"{where}: field {key!r}: grade {grade} is outside {GRADE_MIN} .. {GRADE_MAX}"
+        )
+    return grade
 
 
 def _examples(ids: list[str] | set[str]) -> str:
@@ -258,6 +333,12 @@ class _QrelsBuilder:
                 f"{self.path.name}: {self.repeated} repeated (query, doc) pairs; "
                 "kept the last grade of each"
             )
+        negative = sum(1 for docs in self.qrels.values() for g in docs.values() if g < 0)
+        if negative:
+            notes.append(
+                f"{self.path.name}: {negative} judgements have negative grades; "
+                "they are scored as grade 0 (judged non-relevant)"
+            )
         return self.qrels, notes
 
 
@@ -280,7 +361,11 @@ def _read_qrels_trec(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
         cols = line.split()
         if len(cols) != 4:
             raise DataError(f"{where}: expected 4 columns 'qid 0 docid grade', got {len(cols)}")
-        builder.add(cols[0], cols[2], _as_grade(cols[3], "grade", where))
+        builder.add(
+            _checked_id(cols[0], "qid", where),
+            _checked_id(cols[2], "docid", where),
+            _as_grade(cols[3], "grade", where),
+        )
     return builder.result()
 
 
@@ -305,7 +390,11 @@ def _read_qrels_tsv(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
         if not cols[0] or not cols[1]:
             key = "query-id" if not cols[0] else "corpus-id"
             raise DataError(f"{where}: field {key!r}: expected a non-empty id")
-        builder.add(cols[0], cols[1], _as_grade(cols[2], "score", where))
+        builder.add(
+            _checked_id(cols[0], "query-id", where),
+            _checked_id(cols[1], "corpus-id", where),
+            _as_grade(cols[2], "score", where),
+        )
     return builder.result()
 
 

@@ -5,24 +5,43 @@ pytrec_eval formats. ``evaluate`` returns per-query values and per-task means na
 prints them ("NDCG@10", "MAP@10", "Recall@10", "P@10", "MRR@10", "MRR"), each mean being the
 sum over evaluated queries divided by their number, rounded to 5 decimals (BEIR's
 ``EvaluateRetrieval.evaluate`` and R2MED's ``calculate_retrieval_metrics``).
+
+Tie order. trec_eval (and pytrec_eval, which embeds it) stores a document's score as a C
+``float`` and ranks by that float32 score descending, ties by doc id *descending* (``strcmp``
+on the UTF-8 bytes, which is Python's ``str`` order). ``ties="trec"``, the default, is exactly
+that order: every metric equals pytrec_eval's on the raw scores, and MRR@k cuts the run at k in
+that same order. ``ties="ascending"`` breaks ties by doc id ascending instead and makes the
+scores strictly decreasing in float32, so the result no longer depends on trec_eval's rule.
+Both are verified against pytrec_eval in tests/test_evaluate.py.
+
+Grades. Negative grades are scored as 0 (judged non-relevant) before pytrec_eval sees them:
+for nDCG, MAP, P, recall and MRR that changes nothing (tested), while a query judged only by
+grades of -2 or below crashes pytrec_eval with a segfault unless it is the first query.
+Grades must be integers in ``eval.datasets.GRADE_MIN .. GRADE_MAX``: beyond a C ``int``
+pytrec_eval raises SystemError, and below that it allocates memory in proportion to the
+largest grade.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import pytrec_eval
 
+from eval.datasets import GRADE_MAX, GRADE_MIN
+
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 MissingPolicy = Literal["zero", "present"]
+TieOrder = Literal["trec", "ascending"]
 
 DEFAULT_K_VALUES: tuple[int, ...] = (1, 10, 25, 50, 100)
 MISSING_POLICIES: tuple[str, ...] = ("zero", "present")
+TIE_ORDERS: tuple[str, ...] = ("trec", "ascending")
 ROUND_DIGITS = 5
 
 # Metric family -> (pytrec_eval measure, pytrec_eval per-query key prefix).
@@ -34,31 +53,34 @@ _CUT_MEASURES: dict[str, tuple[str, str]] = {
 }
 
 
-def strictly_decreasing(run: Mapping[str, Mapping[str, float]]) -> Run:
-    """Return a copy of ``run`` whose scores strictly decrease in (-score, doc_id) order.
+def strictly_decreasing(run: Mapping[str, Mapping[str, float]], ties: TieOrder = "trec") -> Run:
+    """Return a copy of ``run`` with every query's documents in rank order.
 
-    trec_eval and pytrec_eval order tied documents by doc id *descending*, which is rarely
-    what the producer of the run meant. Worse, they hold scores as 32-bit floats, so scores
-    that differ only beyond float32 precision (about 7 digits) are ties to them too. Here
-    ties are broken by doc id ascending and made explicit: a score that is not strictly
-    below its predecessor *in float32* is replaced by the next float32 below it
-    (``np.nextafter``), the smallest step trec_eval can see. Other scores keep their exact
-    value; only where a long tie chain reaches the next distinct score is that one pushed
-    down as little, to keep the order. The order of documents is always
-    (-original score, doc_id).
+    ``ties="trec"`` (default): the order trec_eval evaluates, float32 score descending and
+    ties by doc id descending; scores are left exactly as they are, since pytrec_eval orders
+    them itself and any change could only move the result away from trec_eval's.
+
+    ``ties="ascending"``: ties broken by doc id ascending and made explicit. trec_eval sees
+    scores as 32-bit floats, so scores that differ only beyond float32 precision (about 7
+    digits) are ties to it too; a score that is not strictly below its predecessor *in
+    float32* is replaced by the next float32 below it (``np.nextafter``), the smallest step
+    trec_eval can see. Other scores keep their exact value; only where a long tie chain
+    reaches the next distinct score is that one pushed down as little, to keep the order.
+    The order of documents is (-original score, doc_id).
+
+    Raises ValueError naming query and doc for a score that is not finite in float32.
     """
+    _check_ties(ties)
     out: Run = {}
     for qid, docs in run.items():
+        if ties == "trec":
+            out[qid] = dict(_trec_order(qid, docs))
+            continue
         ranked = sorted(((float(s), d) for d, s in docs.items()), key=lambda t: (-t[0], t[1]))
         fixed: dict[str, float] = {}
         previous = np.float32(np.inf)
         for score, doc_id in ranked:
-            with np.errstate(over="ignore"):
-                as_seen = np.float32(score)
-            if not (math.isfinite(score) and np.isfinite(as_seen)):
-                raise ValueError(
-                    f"query {qid!r}, doc {doc_id!r}: score is not finite in float32: {score}"
-                )
+            as_seen = _float32(qid, doc_id, score)
             if as_seen >= previous:
                 as_seen = np.nextafter(previous, np.float32(-np.inf))
                 score = float(as_seen)
@@ -68,9 +90,64 @@ def strictly_decreasing(run: Mapping[str, Mapping[str, float]]) -> Run:
     return out
 
 
-def top_k(run: Mapping[str, Mapping[str, float]], k: int) -> Run:
-    """The ``k`` best documents of every query, ties broken as in ``strictly_decreasing``."""
-    return _cut(strictly_decreasing(run), k)
+def _trec_order(qid: str, docs: Mapping[str, float]) -> list[tuple[str, float]]:
+    # (doc id, raw score) by float32 score descending, then doc id descending; qid is only
+    # there to name the query in the error for a score trec_eval cannot hold.
+    keyed = [(_float32(qid, d, s), d, float(s)) for d, s in docs.items()]
+    keyed.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return [(d, s) for _, d, s in keyed]
+
+
+def _float32(qid: str, doc_id: str, score: float) -> np.float32:
+    # What trec_eval stores: the C double -> float conversion rounds to nearest, as numpy does.
+    score = float(score)
+    with np.errstate(over="ignore"):
+        as_seen = np.float32(score)
+    if not (math.isfinite(score) and np.isfinite(as_seen)):
+        raise ValueError(
+            f"query {qid!r}, doc {doc_id!r}: score is not finite in float32 "
+            f"(trec_eval's precision): {score}"
+        )
+    return as_seen
+
+
+def _check_ties(ties: str) -> None:
+    if ties not in TIE_ORDERS:
+        raise ValueError(f"ties must be one of {TIE_ORDERS}, got {ties!r}")
+
+
+def top_k(run: Mapping[str, Mapping[str, float]], k: int, ties: TieOrder = "trec") -> Run:
+    """The ``k`` best documents of every query in ``strictly_decreasing(run, ties)`` order."""
+    return _cut(strictly_decreasing(run, ties), k)
+
+
+def pad_run(run: Mapping[str, Mapping[str, float]], doc_ids: Sequence[str], depth: int) -> Run:
+    """Fill every ranking shorter than ``depth`` with documents from ``doc_ids``, in its order.
+
+    R2MED's BM25 script scores every document and keeps the top 100 of the stable sort, so
+    when fewer than 100 match, zero-score documents fill the list in corpus order; pass the
+    corpus's ids in corpus order to get the same lists. Documents already ranked are skipped.
+    The pads score 0.0 when every ranked score is above 0 in float32, as R2MED's do, else the
+    next float32 below the lowest ranked score, so pads always rank last. Queries absent from
+    ``run`` stay absent; rankings of ``depth`` or more documents are returned unchanged.
+    """
+    if depth < 0:
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    out: Run = {}
+    for qid, docs in run.items():
+        padded = dict(docs)
+        if len(padded) < depth:
+            seen = [_float32(qid, d, s) for d, s in docs.items()]
+            if all(s > 0 for s in seen):
+                pad = 0.0
+            else:
+                pad = float(np.nextafter(min(seen), np.float32(-np.inf)))
+            for doc_id in doc_ids:
+                if len(padded) >= depth:
+                    break
+                padded.setdefault(doc_id, pad)
+        out[qid] = padded
+    return out
 
 
 def metric_names(k_values: Iterable[int] = DEFAULT_K_VALUES) -> list[str]:
@@ -97,17 +174,19 @@ class Evaluation:
     n_missing: int
     n_extra: int = 0
     metrics: list[str] = field(default_factory=list)
+    ties: str = "trec"
 
     def describe(self) -> str:
-        """One line saying which queries the means are over."""
+        """One line saying which queries the means are over and how ties were ordered."""
         if self.missing == "zero":
             how = f"{self.n_missing} missing scored 0"
         else:
             how = f"{self.n_missing} missing, absent ones left out as in pytrec_eval/R2MED"
         extra = f"; {self.n_extra} run queries without qrels ignored" if self.n_extra else ""
+        order = "trec_eval's, doc id descending" if self.ties == "trec" else "doc id ascending"
         return (
             f"averaged over {self.n_evaluated} of {self.n_qrels_queries} qrels queries "
-            f"(missing={self.missing}: {how}){extra}"
+            f"(missing={self.missing}: {how}){extra}; ties={self.ties} ({order})"
         )
 
 
@@ -117,6 +196,7 @@ def evaluate(
     k_values: Iterable[int] = DEFAULT_K_VALUES,
     missing: MissingPolicy = "zero",
     ignore_identical_ids: bool = False,
+    ties: TieOrder = "trec",
 ) -> Evaluation:
     """Score ``run`` against ``qrels``: NDCG/MAP/Recall/P at each k, MRR@k and MRR.
 
@@ -132,27 +212,33 @@ def evaluate(
     Queries whose qrels hold only grade-0 documents have nothing to find: pytrec_eval scores
     them 0 on every metric and BEIR/R2MED average them in, so we do too under both policies.
 
-    Ties are broken with ``strictly_decreasing`` first, so the result does not depend on
-    trec_eval's doc-id tie order. MRR@k is pytrec_eval's ``recip_rank`` on the run cut to its
-    top k, averaged over the same queries as every other metric (BEIR's custom MRR@k divides
-    by the number of qrels queries instead). ``ignore_identical_ids`` drops documents whose
-    id equals the query id, as BEIR's evaluator does by default. It is off here, as in
-    R2MED's BM25 script (src/eval_bench_BM25.py); R2MED's dense script goes through BEIR
-    with it on, which only matters if a query id is also a doc id.
+    ``ties`` is the tie order (see the module docstring): ``"trec"`` scores exactly what
+    pytrec_eval scores on the raw run; ``"ascending"`` breaks ties by doc id ascending through
+    ``strictly_decreasing``. MRR@k is pytrec_eval's ``recip_rank`` on the run cut to its top k
+    in that order, averaged over the same queries as every other metric (BEIR's custom MRR@k
+    divides by the number of qrels queries instead). Negative grades count as 0; a grade
+    outside ``GRADE_MIN .. GRADE_MAX`` or a score that is not finite in float32 raises
+    ValueError naming the query and doc.
+
+    ``ignore_identical_ids`` drops documents whose id equals the query id, as BEIR's
+    evaluator does by default. It is off here, as in R2MED's BM25 script
+    (src/eval_bench_BM25.py); R2MED's dense script goes through BEIR with it on, which only
+    matters if a query id is also a doc id.
     """
     if missing not in MISSING_POLICIES:
         raise ValueError(f"missing must be one of {MISSING_POLICIES}, got {missing!r}")
+    _check_ties(ties)
     ks = sorted(set(int(k) for k in k_values))
     if not ks or ks[0] < 1:
         raise ValueError(f"k_values must be positive integers, got {list(k_values)}")
 
-    qrels = {qid: dict(docs) for qid, docs in qrels.items()}
+    qrels = {qid: {d: _grade(qid, d, g) for d, g in docs.items()} for qid, docs in qrels.items()}
     run_in = {
         qid: {d: s for d, s in docs.items() if not (ignore_identical_ids and d == qid)}
         for qid, docs in run.items()
     }
     # Only queries with qrels are scored; pytrec_eval would ignore the others anyway.
-    ranked = strictly_decreasing({qid: docs for qid, docs in run_in.items() if qid in qrels})
+    ranked = strictly_decreasing({qid: docs for qid, docs in run_in.items() if qid in qrels}, ties)
 
     measures = {f"{m}.{','.join(map(str, ks))}" for m, _ in _CUT_MEASURES.values()}
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, measures | {"recip_rank"})
@@ -193,7 +279,20 @@ def evaluate(
         n_missing=len(unanswered),
         n_extra=sum(1 for qid in run if qid not in qrels),
         metrics=names,
+        ties=ties,
     )
+
+
+def _grade(qid: str, doc_id: str, grade: int) -> int:
+    if isinstance(grade, bool) or not isinstance(grade, (int, np.integer)):
+        raise ValueError(f"query {qid!r}, doc {doc_id!r}: grade {grade!r} is not an integer")
+    if not GRADE_MIN <= grade <= GRADE_MAX:
+        raise ValueError(
+            f"query {qid!r}, doc {doc_id!r}: grade {grade} is outside {GRADE_MIN} .. {GRADE_MAX}"
+        )
+    # A query judged only by negative grades segfaults pytrec_eval; as 0 it scores 0, and
+    # every metric of every other query is unchanged (tests/test_evaluate.py).
+    return max(int(grade), 0)
 
 
 def _cut(ranked: Run, k: int) -> Run:

@@ -1,12 +1,13 @@
 """Score TREC run files made by any tool against a task's qrels.
 
     python -m eval.score --qrels qrels.jsonl run_a.trec run_b.trec [--missing zero|present]
-        [--metrics NDCG@10,Recall@100,MRR]
+        [--metrics NDCG@10,Recall@100,MRR] [--ties trec|ascending]
 
 The qrels may be TREC (``qid 0 docid grade``), R2MED's ``qrels.jsonl``
 (``{"q_id", "p_id", "score"}``) or BEIR's ``qrels/test.tsv`` (``query-id corpus-id score``
 with a header). Prints one row per run file with the chosen metrics, then how each run's
-means were taken (which queries were missing).
+means were taken (which queries were missing, how ties were ordered). Unreadable or
+malformed input ends with one line ``error: ...`` naming the file, and exit status 2.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from eval.datasets import DataError, read_qrels
-from eval.evaluate import MISSING_POLICIES, evaluate
+from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
 from eval.trec import TrecFormatError, read_run
 
 DEFAULT_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
@@ -25,13 +26,18 @@ _METRIC = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
 
 
 def parse_metrics(text: str) -> list[str]:
-    """``"NDCG@10,MRR"`` -> ``["NDCG@10", "MRR"]``; unknown names raise ValueError."""
+    """``"NDCG@10,MRR"`` -> ``["NDCG@10", "MRR"]``; unknown names and k < 1 raise ValueError."""
     metrics = [m.strip() for m in text.split(",") if m.strip()]
+    if not metrics:
+        raise ValueError(f"no metrics in {text!r}")
     for m in metrics:
-        if not _METRIC.fullmatch(m):
+        match = _METRIC.fullmatch(m)
+        if not match:
             raise ValueError(
                 f"unknown metric {m!r}: use NDCG@k, MAP@k, Recall@k, P@k, MRR@k or MRR"
             )
+        if match.group(2) is not None and int(match.group(2)) < 1:
+            raise ValueError(f"metric {m!r}: k must be at least 1")
     return metrics
 
 
@@ -53,23 +59,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(DEFAULT_METRICS),
         help=f"comma-separated (default {','.join(DEFAULT_METRICS)})",
     )
+    parser.add_argument(
+        "--ties",
+        choices=TIE_ORDERS,
+        default="trec",
+        help="order of tied scores: trec_eval's, doc id descending (default), or doc id ascending",
+    )
     args = parser.parse_args(argv)
     try:
         metrics = parse_metrics(args.metrics)
     except ValueError as e:
-        parser.error(str(e))
+        print(f"error: --metrics: {e}", file=sys.stderr)
+        return 2
     k_values = sorted({int(m.split("@")[1]) for m in metrics if "@" in m} or {10})
 
     try:
         qrels, notes = read_qrels(args.qrels)
-        runs = {path: read_run(path) for path in args.runs}
+        runs = {}
+        for path in args.runs:
+            try:
+                runs[path] = read_run(path)
+            except OSError as e:
+                # An OSError's own text may not say which file it is about.
+                raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
     except (OSError, DataError, TrecFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
     rows = []
     for path, run in runs.items():
-        result = evaluate(qrels, run, k_values=k_values, missing=args.missing)
+        result = evaluate(qrels, run, k_values=k_values, missing=args.missing, ties=args.ties)
         rows.append([path, *(f"{result.mean[m]:.5f}" for m in metrics)])
         notes.append(f"{path}: {result.describe()}")
     print(_table(["run", *metrics], rows))

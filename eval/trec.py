@@ -1,19 +1,25 @@
 """TREC run and qrels files.
 
 A run file has six whitespace-separated columns, ``qid Q0 docid rank score tag``; a qrels
-file has four, ``qid 0 docid grade``. Runs are written with strictly decreasing scores
-(see ``eval.evaluate.strictly_decreasing``) so that any trec_eval-compatible tool ranks
-them exactly as we do, whatever its tie-breaking rule.
+file has four, ``qid 0 docid grade``. Runs are written in the rank order the evaluator used
+(``eval.evaluate.strictly_decreasing``): with ``ties="trec"`` the raw scores in trec_eval's
+order, which trec_eval reads back into the same ranking; with ``ties="ascending"`` scores
+nudged strictly decreasing, so that any trec_eval-compatible tool ranks them as we do,
+whatever its tie-breaking rule. Ids follow ``eval.datasets.id_problem``: no whitespace, no
+non-printable characters.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from eval.evaluate import Run, strictly_decreasing
+import numpy as np
+
+from eval.datasets import id_problem
+from eval.evaluate import Run, TieOrder, strictly_decreasing
 
 PathLike = str | os.PathLike[str]
 
@@ -37,15 +43,16 @@ def write_run(
     path: PathLike,
     tag: str = "r2med-agents",
     depth: int | None = 100,
+    ties: TieOrder = "trec",
 ) -> None:
     """Write the top ``depth`` documents of every query (all if ``None``) as a TREC run.
 
-    Queries are written in sorted id order. Scores use ``repr`` so they read back as the
-    same floats and stay strictly decreasing.
+    Queries are written in sorted id order, documents in ``strictly_decreasing(run, ties)``
+    order. Scores use ``repr`` so they read back as the same floats.
     """
-    if not tag or any(c.isspace() for c in tag):
+    if not tag or id_problem(tag):
         raise ValueError(f"tag must be a non-empty word without whitespace, got {tag!r}")
-    ranked = strictly_decreasing(run)
+    ranked = strictly_decreasing(run, ties)
     lines = []
     for qid in sorted(ranked):
         _check_id("query id", qid)
@@ -61,12 +68,16 @@ def write_run(
 def read_run(path: PathLike) -> Run:
     """Read a TREC run file into ``{qid: {docid: score}}``; blank lines are skipped.
 
-    Raises ``TrecFormatError`` on the first bad line: wrong number of columns, a rank that
-    is not an integer, a score that is not a finite number, or a doc listed twice.
+    A UTF-8 byte-order mark is skipped. Raises ``TrecFormatError`` on the first bad line: not
+    UTF-8, wrong number of columns, an id ``eval.datasets.id_problem`` rejects, a rank that
+    is not an integer, a score that is not a finite float32 (trec_eval's precision), or a doc
+    listed twice. A file that cannot be opened raises OSError.
     """
     run: Run = {}
     for line_no, fields in _lines(path, _RUN_FIELDS):
         qid, _, doc_id, rank, score_text, _ = fields
+        _id(path, line_no, "qid", qid)
+        _id(path, line_no, "docid", doc_id)
         try:
             int(rank)
         except ValueError:
@@ -81,22 +92,34 @@ def read_run(path: PathLike) -> Run:
     return run
 
 
-def _lines(path: PathLike, names: tuple[str, ...]):
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            fields = line.split()
-            if not fields:
-                continue
-            if len(fields) != len(names):
-                # Name the first absent (or the first surplus) column.
-                field = names[len(fields)] if len(fields) < len(names) else names[-1]
-                raise TrecFormatError(
-                    path,
-                    line_no,
-                    field,
-                    f"expected {len(names)} columns ({' '.join(names)}), got {len(fields)}",
-                )
-            yield line_no, fields
+def _lines(path: PathLike, names: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith(b"\xef\xbb\xbf"):
+        # Without this the first qid would carry a '\ufeff' and silently match no qrels.
+        data = data[3:]
+    for line_no, raw in enumerate(data.splitlines(), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            # The column holding the bad byte: count the columns up to and including it.
+            field = names[min(len(raw[: err.start + 1].split()), len(names)) - 1]
+            raise TrecFormatError(
+                path, line_no, field, f"not valid UTF-8 (bad byte at column {err.start + 1})"
+            ) from None
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) != len(names):
+            # Name the first absent (or the first surplus) column.
+            field = names[len(fields)] if len(fields) < len(names) else names[-1]
+            raise TrecFormatError(
+                path,
+                line_no,
+                field,
+                f"expected {len(names)} columns ({' '.join(names)}), got {len(fields)}",
+            )
+        yield line_no, fields
 
 
 def _float(path: PathLike, line_no: int, field: str, text: str) -> float:
@@ -106,9 +129,21 @@ def _float(path: PathLike, line_no: int, field: str, text: str) -> float:
         raise TrecFormatError(path, line_no, field, f"not a number: {text!r}") from None
     if not math.isfinite(value):
         raise TrecFormatError(path, line_no, field, f"not a finite number: {text!r}")
+    with np.errstate(over="ignore"):
+        if not np.isfinite(np.float32(value)):
+            raise TrecFormatError(
+                path, line_no, field, f"{text!r} overflows float32, trec_eval's score type"
+            )
     return value
 
 
+def _id(path: PathLike, line_no: int, field: str, value: str) -> None:
+    problem = id_problem(value)
+    if problem:
+        raise TrecFormatError(path, line_no, field, problem)
+
+
 def _check_id(what: str, value: str) -> None:
-    if not value or any(c.isspace() for c in value):
-        raise ValueError(f"{what} {value!r} cannot be written to a TREC file (empty or spaces)")
+    problem = id_problem(value)
+    if problem:
+        raise ValueError(f"{what} cannot be written to a TREC file: {problem}")

@@ -146,9 +146,14 @@ class DenseIndex:
         k = min(k, n)
         if k <= 0:
             return {}
-        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-        # Within the k, equal scores keep corpus order (exact float ties are rare for cosine,
-        # so which of several docs tied at the k-th score make the cut is left to argpartition).
+        if k < n:
+            # Equal scores keep corpus order, at the cut too (as R2MED's stable sort keeps
+            # them): every doc above the k-th score, then the first of those tied with it.
+            kth = np.partition(scores, n - k)[n - k]
+            above = np.flatnonzero(scores > kth)
+            top = np.concatenate([above, np.flatnonzero(scores == kth)[: k - len(above)]])
+        else:
+            top = np.arange(n)
         top = top[np.lexsort((top, -scores[top]))]
         return {self.doc_ids[i]: float(scores[i]) for i in top}
 

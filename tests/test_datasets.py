@@ -7,6 +7,8 @@ import huggingface_hub.constants
 import pytest
 
 from eval.datasets import (
+    GRADE_MAX,
+    GRADE_MIN,
     R2MED_FILES,
     R2MED_REVISIONS,
     R2MED_TASKS,
@@ -16,7 +18,9 @@ from eval.datasets import (
     load_folder,
     load_task,
     load_tasks,
+    task_fingerprint,
 )
+from retrievers.fingerprint import corpus_fingerprint
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -475,3 +479,103 @@ def test_load_tasks_comma_list(tmp_path: Path, offline: None) -> None:
     folder = make_beir(tmp_path / "mini")
     tasks = load_tasks(f"pmc-clinical, {folder}", tmp_path)
     assert [t.name for t in tasks] == ["PMC-Clinical", "mini"]
+
+
+# --- ids with whitespace or invisible characters, grade range, fingerprints -------------------
+
+BAD_IDS = ["d 1", "d\t1", "d\n1", "d\u00a01", "d\u200b1", "d\ufeff1", "d\u20281", " d1"]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+def test_ids_with_whitespace_or_invisible_characters_rejected_at_load(
+    tmp_path: Path, bad: str
+) -> None:
+    shown = repr(bad)
+    corpus = [{"id": "d0", "text": "x"}, {"id": bad, "text": "y"}]
+    message = error_of(make_r2med(tmp_path / "c", corpus=corpus))
+    assert "corpus.jsonl line 2: field 'id': id " + shown in message
+    queries = [{"id": bad, "text": "q"}]
+    message = error_of(make_r2med(tmp_path / "q", queries=queries))
+    assert "query.jsonl line 1: field 'id': id " + shown in message
+    for key in ("q_id", "p_id"):
+        row = {"q_id": "q1", "p_id": "d1", "score": 1, key: bad}
+        message = error_of(make_r2med(tmp_path / key, qrels=[row]))
+        assert f"qrels.jsonl line 1: field {key!r}: id {shown}" in message
+    beir = make_beir(tmp_path / "beir", corpus=[{"_id": bad, "text": "y"}])
+    assert "corpus.jsonl line 1: field '_id': id " + shown in error_of(beir)
+
+
+def test_beir_tsv_and_trec_qrels_ids_checked(tmp_path: Path) -> None:
+    folder = make_beir(tmp_path / "beir", qrels_rows=["q1\td1\t1", "q1\td 3\t1"])
+    assert "test.tsv line 3: field 'corpus-id': id 'd 3' contains whitespace" in error_of(folder)
+    folder = make_beir(tmp_path / "beir2", qrels_rows=["q\u200b1\td1\t1"])
+    assert "test.tsv line 2: field 'query-id': id 'q\\u200b1'" in error_of(folder)
+    folder = make_r2med(tmp_path / "trec", qrels=False)
+    (folder / "qrels.txt").write_text("q1 0 d1 1\nq1 0 d\u200b2 1\n")
+    assert "qrels.txt line 2: field 'docid': id 'd\\u200b2' contains non-printable" in error_of(
+        folder
+    )
+
+
+def test_ids_with_non_ascii_printable_characters_accepted(tmp_path: Path) -> None:
+    folder = make_r2med(
+        tmp_path,
+        corpus=[{"id": "café-1", "text": "x"}, {"id": "文書", "text": "y"}],
+        qrels=[{"q_id": "q1", "p_id": "文書", "score": 1}],
+    )
+    assert list(load_folder(folder).corpus) == ["café-1", "文書"]
+
+
+@pytest.mark.parametrize("grade", [GRADE_MAX + 1, 10**30, GRADE_MIN - 1])
+def test_grade_outside_range_rejected(tmp_path: Path, grade: int) -> None:
+    folder = make_r2med(tmp_path / "j", qrels=[{"q_id": "q1", "p_id": "d1", "score": grade}])
+    message = error_of(folder)
+    assert f"qrels.jsonl line 1: field 'score': grade {grade} is outside" in message
+    folder = make_r2med(tmp_path / "t", qrels=False)
+    (folder / "qrels.txt").write_text(f"q1 0 d1 {grade}\n")
+    assert f"qrels.txt line 1: field 'grade': grade {grade} is outside" in error_of(folder)
+    folder = make_beir(tmp_path / "b", qrels_rows=[f"q1\td1\t{grade}"])
+    assert f"test.tsv line 2: field 'score': grade {grade} is outside" in error_of(folder)
+
+
+def test_negative_grades_kept_and_counted(tmp_path: Path) -> None:
+    qrels = [
+        {"q_id": "q1", "p_id": "d1", "score": 1},
+        {"q_id": "q1", "p_id": "d2", "score": -1},
+        {"q_id": "q1", "p_id": "d3", "score": -2},
+    ]
+    corpus = [{"id": f"d{i}", "text": "x"} for i in (1, 2, 3)]
+    task = load_folder(make_r2med(tmp_path, corpus=corpus, qrels=qrels))
+    assert task.qrels == {"q1": {"d1": 1, "d2": -1, "d3": -2}}
+    assert (
+        "qrels.jsonl: 2 judgements have negative grades; they are scored as grade 0 "
+        "(judged non-relevant)"
+    ) in task.notes
+
+
+def test_task_fingerprint(tmp_path: Path) -> None:
+    task = load_folder(make_r2med(tmp_path / "a"))
+    fp = task_fingerprint(task)
+    assert set(fp) == {"corpus", "queries", "qrels"}
+    assert all(len(v) == 64 and int(v, 16) >= 0 for v in fp.values())
+    assert task_fingerprint(load_folder(make_r2med(tmp_path / "b"))) == fp
+    # The corpus digest is the one the dense index cache is keyed by.
+    assert fp["corpus"] == corpus_fingerprint(list(task.corpus), list(task.corpus.values()))
+
+    def changed(**kwargs) -> dict[str, bool]:
+        other = task_fingerprint(Task(**{**vars(task), **kwargs}))
+        return {part: other[part] != fp[part] for part in fp}
+
+    assert changed(corpus={**task.corpus, "d2": "statin"}) == {
+        "corpus": True,
+        "queries": False,
+        "qrels": False,
+    }
+    # Corpus order decides ties and padding, so it is part of the data; query order is not.
+    assert changed(corpus=dict(reversed(task.corpus.items())))["corpus"]
+    two = {"q1": "a", "q2": "b"}
+    assert changed(queries=two) == {"corpus": False, "queries": True, "qrels": False}
+    swapped = task_fingerprint(Task(**{**vars(task), "queries": dict(reversed(two.items()))}))
+    assert swapped["queries"] == task_fingerprint(Task(**{**vars(task), "queries": two}))["queries"]
+    assert changed(qrels={"q1": {"d1": 2}})["qrels"]
+    assert changed(name="other", notes=["x"]) == dict.fromkeys(fp, False)

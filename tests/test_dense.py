@@ -237,3 +237,15 @@ def test_api_embedder_gives_up_on_non_retryable_errors(monkeypatch):
     monkeypatch.setattr(litellm, "embedding", bad_key)
     with pytest.raises(litellm.AuthenticationError):
         api_embed.api_encoder("text-embedding-3-large")(["x"])
+
+
+def test_tied_scores_at_the_cut_keep_corpus_order():
+    """Which of several docs tied at the k-th score make the top k is R2MED's stable sort."""
+    from retrievers.dense import DenseIndex
+
+    index = DenseIndex.__new__(DenseIndex)
+    index.doc_ids = [f"d{i}" for i in range(8)]
+    scores = np.array([0.5, 0.9, 0.5, 0.1, 0.5, 0.9, 0.2, 0.5], dtype=np.float32)
+    for k in range(1, 9):
+        expected = sorted(range(8), key=lambda i: -scores[i])[:k]  # stable: corpus order
+        assert list(index._top_k(scores, k)) == [f"d{i}" for i in expected]

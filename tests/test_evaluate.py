@@ -1,15 +1,28 @@
+import json
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import pytrec_eval
 
-from eval.datasets import DataError, read_qrels
-from eval.evaluate import evaluate, metric_names, strictly_decreasing
+from eval.datasets import GRADE_MAX, GRADE_MIN, DataError, read_qrels
+from eval.evaluate import (
+    TIE_ORDERS,
+    evaluate,
+    metric_names,
+    pad_run,
+    strictly_decreasing,
+    top_k,
+)
 from eval.report import leaderboard_markdown, order_tasks, results_json, write_per_query
 from eval.score import main
 from eval.trec import TrecFormatError, read_run, write_run
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Two queries: graded q1 with the relevant docs at ranks 2 and 3, q2 perfect at rank 1.
 TOY_QRELS = {"q1": {"d1": 2, "d2": 1, "d9": 0}, "q2": {"d5": 1}}
@@ -147,22 +160,22 @@ def _below(x, steps=1):
 
 def test_strictly_decreasing_heavy_ties():
     run = {"q": {f"d{i:03d}": float(i % 3) for i in range(300)}, "e": {}}
-    fixed = strictly_decreasing(run)
+    fixed = strictly_decreasing(run, ties="ascending")
     _check_strict(run, fixed)
     # Each tie is broken by doc id ascending: d002 is the first of the score-2 group.
     assert next(iter(fixed["q"])) == "d002" and fixed["q"]["d002"] == 2.0
     assert fixed["q"]["d005"] == _below(2.0) and fixed["q"]["d299"] == _below(2.0, 99)
     assert fixed["q"]["d001"] == 1.0
     assert fixed["e"] == {}
-    assert strictly_decreasing(run) == fixed  # deterministic
+    assert strictly_decreasing(run, ties="ascending") == fixed  # deterministic
     # Same result whatever order the dict came in.
     shuffled = dict(random.Random(3).sample(list(run["q"].items()), 300))
-    assert strictly_decreasing({"q": shuffled})["q"] == fixed["q"]
+    assert strictly_decreasing({"q": shuffled}, ties="ascending")["q"] == fixed["q"]
 
 
 def test_strictly_decreasing_keeps_untied_scores_and_moves_ties_minimally():
     run = {"q": {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.25, "e": 0.25, "f": 0.1}}
-    fixed = strictly_decreasing(run)["q"]
+    fixed = strictly_decreasing(run, ties="ascending")["q"]
     assert fixed["a"] == 1.0 and fixed["c"] == 0.5 and fixed["d"] == 0.25
     assert fixed["f"] == 0.1  # untied scores keep their exact float64 value
     assert fixed["b"] == _below(1.0) and fixed["e"] == _below(0.25)
@@ -181,7 +194,7 @@ def test_strictly_decreasing_near_scores_and_large_magnitudes():
             "z": -5.0,
         }
     }
-    fixed = strictly_decreasing(run)["q"]
+    fixed = strictly_decreasing(run, ties="ascending")["q"]
     _check_strict(run, {"q": fixed})
     assert [fixed[k] for k in "abcde"] == [x, _below(x), _below(x, 2), _below(x, 3), x - 1.0]
     assert fixed["y"] == -5.0 and fixed["z"] == _below(-5.0)
@@ -189,23 +202,30 @@ def test_strictly_decreasing_near_scores_and_large_magnitudes():
 
 def test_tie_free_run_unchanged_and_nan_rejected():
     run = random_run(random_qrels(3))
-    assert strictly_decreasing(run) == run
-    for bad in (float("nan"), float("inf"), 1e39):
-        with pytest.raises(ValueError, match="not finite"):
-            strictly_decreasing({"q": {"a": bad}})
+    for ties in TIE_ORDERS:
+        assert strictly_decreasing(run, ties=ties) == run
+        for bad in (float("nan"), float("inf"), -float("inf"), 1e39, -1e39):
+            with pytest.raises(ValueError, match="query 'q', doc 'b': score is not finite"):
+                strictly_decreasing({"q": {"a": 1.0, "b": bad}}, ties=ties)
+            with pytest.raises(ValueError, match="query 'q', doc 'b'"):
+                evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": bad}}, ties=ties)
+    with pytest.raises(ValueError, match="ties must be one of"):
+        strictly_decreasing(run, ties="descending")
 
 
-def test_evaluate_breaks_ties_by_doc_id_not_trec_eval_order():
-    # trec_eval would put "b" first (doc id descending); we rank "a" first.
+def test_ascending_breaks_ties_by_doc_id_not_trec_eval_order():
+    # trec_eval puts "b" first (doc id descending); ties="ascending" ranks "a" first.
     qrels = {"q": {"a": 1}}
     run = {"q": {"a": 1.0, "b": 1.0}}
-    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 1.0
+    assert evaluate(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
+    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
     # pytrec_eval compares scores as float32, so a 1e-12 lead is a tie it breaks the other
-    # way; we keep the run's own order.
+    # way; "ascending" keeps the run's own order, the default does what pytrec_eval does.
     run = {"q": {"a": 1.0 + 1e-12, "b": 1.0}}
     direct = pytrec_eval.RelevanceEvaluator(qrels, {"P.1"}).evaluate(run)
     assert direct["q"]["P_1"] == 0.0
-    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 1.0
+    assert evaluate(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
+    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
 
 
 # --- TREC files ---------------------------------------------------------------------------
@@ -221,7 +241,10 @@ def test_write_read_run_round_trip(tmp_path):
     back = read_run(path)
     assert back == strictly_decreasing(run)
     assert evaluate({"q2": {"b": 1}}, back) == evaluate({"q2": {"b": 1}}, run)
+    # The default tie order is trec_eval's: "b" before "a" at 0.5.
     write_run(run, path, depth=1)
+    assert read_run(path) == {"q1": {"x": 2.0}, "q2": {"b": 0.5}}
+    write_run(run, path, depth=1, ties="ascending")
     assert read_run(path) == {"q1": {"x": 2.0}, "q2": {"a": 0.5}}
 
 
@@ -341,3 +364,293 @@ def test_ignore_identical_ids_drops_the_query_itself():
     run = {"q1": {"q1": 2.0, "d1": 1.0}}
     assert evaluate(qrels, run, k_values=(1,)).mean["P@1"] == 0.0
     assert evaluate(qrels, run, k_values=(1,), ignore_identical_ids=True).mean["P@1"] == 1.0
+
+
+# --- trec_eval's tie order, measured on pytrec_eval itself -------------------------------------
+
+
+def _first(run_docs, relevant):
+    """Whether pytrec_eval ranks ``relevant`` first among ``run_docs``."""
+    scores = pytrec_eval.RelevanceEvaluator({"q": {relevant: 1}}, {"P.1"}).evaluate({"q": run_docs})
+    return scores["q"]["P_1"] == 1.0
+
+
+def test_pytrec_eval_ties_are_judged_in_float32():
+    one_below = _below(1.0)
+    # Distinct in float32: the higher score wins, whatever the ids.
+    assert _first({"a": 1.0, "b": one_below}, "a")
+    # Distinct in float64, equal in float32: a tie, which "b" wins (doc id descending).
+    for lead in (1e-12, 2.0**-25):
+        assert np.float32(1.0 + lead) == np.float32(1.0) and 1.0 + lead != 1.0
+        assert _first({"a": 1.0 + lead, "b": 1.0}, "b")
+        assert not _first({"a": 1.0 + lead, "b": 1.0}, "a")
+    x = 1e6  # float32 steps are 0.0625 here
+    assert _first({"a": x + 0.01, "b": x}, "b")
+
+
+def test_pytrec_eval_breaks_ties_by_doc_id_descending_in_utf8_order():
+    docs = {"a": 0.5, "c": 0.5, "b": 0.5, "B": 0.5}
+    assert _first(docs, "c")
+    rr = pytrec_eval.RelevanceEvaluator({"q": {"a": 1}}, {"recip_rank"}).evaluate({"q": docs})
+    assert rr["q"]["recip_rank"] == 1 / 3  # c, b, a, B: "B" < "a" in byte order
+    # U+1F600 is above U+FF5E in code points and in UTF-8 bytes but below it in UTF-16 code
+    # units: pytrec_eval follows UTF-8, i.e. Python's str order.
+    astral, bmp = "\U0001f600", "\uff5e"
+    assert astral > bmp and astral.encode() > bmp.encode()
+    assert astral.encode("utf-16-be") < bmp.encode("utf-16-be")
+    assert _first({bmp: 1.0, astral: 1.0}, astral)
+    assert _first({"z": 1.0, "é": 1.0}, "é")
+
+
+def _direct(qrels, run, ks):
+    """Every metric we report, computed straight by pytrec_eval on the raw run."""
+    kk = ",".join(map(str, ks))
+    measures = {f"ndcg_cut.{kk}", f"map_cut.{kk}", f"recall.{kk}", f"P.{kk}", "recip_rank"}
+    direct = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+    rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"})
+    for k in ks:
+        # MRR@k: the run cut at k in trec_eval's order, written out independently here.
+        cut = {
+            q: dict(sorted(d.items(), key=lambda t: (np.float32(t[1]), t[0]), reverse=True)[:k])
+            for q, d in run.items()
+        }
+        for qid, values in rr.evaluate(cut).items():
+            direct[qid][f"mrr_{k}"] = values["recip_rank"]
+    return direct
+
+
+def tied_run(qrels, seed=5):
+    """Scores from a handful of values, some of them ties only in float32."""
+    rng = random.Random(seed)
+    values = [1.0, 1.0 + 1e-9, 0.5, 0.5 - 1e-10, 0.25, 0.0, -0.5, 3e5 + 0.01, 3e5]
+    return {
+        qid: {f"d{j}": rng.choice(values) for j in rng.sample(range(60), rng.randint(0, 45))}
+        for qid in qrels
+    }
+
+
+def test_default_evaluate_equals_direct_pytrec_eval_on_heavily_tied_run():
+    qrels = random_qrels()
+    run = tied_run(qrels)
+    ks = (1, 3, 10, 25, 50, 100)
+    result = evaluate(qrels, run, k_values=ks, missing="present")
+    direct = _direct(qrels, run, ks)
+    names = {"NDCG": "ndcg_cut_", "MAP": "map_cut_", "Recall": "recall_", "P": "P_"}
+    assert set(result.per_query) == set(direct)
+    for qid, values in direct.items():
+        for k in ks:
+            for fam, prefix in names.items():
+                assert result.per_query[qid][f"{fam}@{k}"] == values[f"{prefix}{k}"], (qid, fam)
+            assert result.per_query[qid][f"MRR@{k}"] == values[f"mrr_{k}"], (qid, k)
+        assert result.per_query[qid]["MRR"] == values["recip_rank"]
+    for name in result.metrics:
+        per_query = [v[name] for v in result.per_query.values()]
+        assert result.mean[name] == round(sum(per_query) / len(per_query), 5)
+    # The ties matter: the other order scores differently.
+    ascending = evaluate(qrels, run, k_values=ks, missing="present", ties="ascending")
+    assert ascending.per_query != result.per_query
+
+
+def test_trec_order_keeps_raw_scores():
+    run = {"q": {"a": 1.0 + 1e-9, "b": 1.0, "c": 2.0, "d": 0.5, "e": 0.5}}
+    ranked = strictly_decreasing(run)["q"]
+    assert list(ranked) == ["c", "b", "a", "e", "d"]
+    assert ranked == run["q"]  # values untouched
+    assert list(top_k(run, 2)["q"]) == ["c", "b"]
+    assert list(top_k(run, 2, ties="ascending")["q"]) == ["c", "a"]
+
+
+def test_evaluation_records_tie_order():
+    trec = evaluate(TOY_QRELS, TOY_RUN)
+    ascending = evaluate(TOY_QRELS, TOY_RUN, ties="ascending")
+    assert trec.ties == "trec" and "ties=trec" in trec.describe()
+    assert ascending.ties == "ascending" and "ties=ascending" in ascending.describe()
+    with pytest.raises(ValueError, match="ties"):
+        evaluate(TOY_QRELS, TOY_RUN, ties="desc")
+
+
+# --- pad_run -----------------------------------------------------------------------------------
+
+
+def test_pad_run_appends_corpus_order_documents():
+    corpus_order = ["z", "b", "x", "a", "y"]
+    run = {"q1": {"x": 2.0, "a": 1.5}, "q2": {}, "q3": {d: 1.0 for d in "zbxa"}}
+    padded = pad_run(run, corpus_order, 4)
+    assert padded["q1"] == {"x": 2.0, "a": 1.5, "z": 0.0, "b": 0.0}
+    assert list(padded["q1"]) == ["x", "a", "z", "b"]
+    assert padded["q2"] == {"z": 0.0, "b": 0.0, "x": 0.0, "a": 0.0}
+    assert padded["q3"] == run["q3"]  # already at depth
+    assert pad_run(run, corpus_order, 0) == run
+    assert run["q1"] == {"x": 2.0, "a": 1.5}  # not modified in place
+    assert "q4" not in pad_run(run, corpus_order, 4)
+    with pytest.raises(ValueError, match="depth"):
+        pad_run(run, corpus_order, -1)
+
+
+def test_pad_run_pads_rank_last_below_non_positive_scores():
+    run = {"q": {"a": 0.5, "b": 0.0}, "n": {"a": -2.0, "b": 1.0}}
+    padded = pad_run(run, ["a", "b", "c", "d"], 4)
+    assert padded["q"]["c"] == padded["q"]["d"] == _below(0.0)
+    assert padded["n"]["c"] == _below(-2.0)
+    for qid in padded:
+        assert list(strictly_decreasing(padded)[qid])[-2:] == ["d", "c"]
+    # A positive score that float32 rounds to 0 would tie a 0.0 pad.
+    tiny = pad_run({"q": {"a": 1e-50}}, ["a", "b"], 2)
+    assert np.float32(tiny["q"]["b"]) < np.float32(1e-50)
+
+
+def test_pad_run_matches_r2med_zero_score_padding():
+    # R2MED: scores over the whole corpus in corpus order, stable sort, top `depth`.
+    corpus_order = [f"d{i}" for i in (5, 1, 9, 3, 7, 2, 8)]
+    matched = {"d9": 1.2, "d2": 0.4}
+    full = {d: matched.get(d, 0.0) for d in corpus_order}
+    r2med = dict(sorted(full.items(), key=lambda x: x[1], reverse=True)[:5])
+    assert pad_run({"q": matched}, corpus_order, 5) == {"q": r2med}
+    qrels = {"q": {"d3": 1, "d7": 2}}
+    direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate({"q": r2med})
+    ours = evaluate(qrels, pad_run({"q": matched}, corpus_order, 5), k_values=(10,))
+    assert ours.per_query["q"]["NDCG@10"] == direct["q"]["ndcg_cut_10"] > 0
+
+
+# --- grades -------------------------------------------------------------------------------------
+
+_NEGATIVE = """
+import json, sys
+from eval.evaluate import evaluate
+qrels = {"a": {"d1": 1, "d2": -1}, "neg": {"d3": -2, "d4": -5}, "b": {"d2": 2}}
+run = {"a": {"d1": 1.0, "d2": 2.0}, "neg": {"d3": 1.0}, "b": {"d2": 1.0, "d1": 0.5}}
+print(json.dumps(evaluate(qrels, run, k_values=(1, 10)).per_query))
+"""
+
+
+def test_query_judged_only_by_negative_grades_does_not_crash():
+    # pytrec_eval segfaults on such a query after a normal one; a subprocess turns a
+    # regression into a failed test instead of a dead pytest.
+    done = subprocess.run(
+        [sys.executable, "-c", _NEGATIVE], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    per_query = json.loads(done.stdout)
+    assert set(per_query["neg"].values()) == {0.0}
+    assert per_query["a"]["P@1"] == 0.0 and per_query["a"]["MRR"] == 0.5
+    assert per_query["b"]["NDCG@10"] == 1.0
+
+
+_NEGATIVE_EQUIVALENCE = """
+import json, random
+import pytrec_eval
+from eval.evaluate import evaluate
+rng = random.Random(11)
+qrels = {}
+for i in range(40):
+    docs = {f"d{j}": rng.choice([-9, -2, -1, 0, 1, 2, 3]) for j in rng.sample(range(60), 8)}
+    docs["d99"] = rng.choice([0, 1])  # at least one grade >= 0: pytrec_eval survives
+    qrels[f"q{i}"] = docs
+run = {
+    q: {f"d{j}": rng.choice([rng.random(), 0.5]) for j in rng.sample(range(100), 40)}
+    for q in qrels
+}
+ks = "1,10,25,100"
+measures = {f"ndcg_cut.{ks}", f"map_cut.{ks}", f"recall.{ks}", f"P.{ks}", "recip_rank"}
+direct = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
+ours = evaluate(qrels, run, k_values=(1, 10, 25, 100)).per_query
+n_negative = sum(g < 0 for docs in qrels.values() for g in docs.values())
+print(json.dumps({"direct": direct, "ours": ours, "n_negative": n_negative}))
+"""
+
+
+def test_negative_grades_as_zero_change_no_metric():
+    done = subprocess.run(
+        [sys.executable, "-c", _NEGATIVE_EQUIVALENCE],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    out = json.loads(done.stdout)
+    assert out["n_negative"] > 50
+    names = {"NDCG": "ndcg_cut_", "MAP": "map_cut_", "Recall": "recall_", "P": "P_"}
+    for qid, values in out["direct"].items():
+        for fam, prefix in names.items():
+            for k in (1, 10, 25, 100):
+                assert out["ours"][qid][f"{fam}@{k}"] == values[f"{prefix}{k}"]
+        assert out["ours"][qid]["MRR"] == values["recip_rank"]
+
+
+def test_grade_outside_the_range_is_a_value_error():
+    # pytrec_eval raises SystemError beyond a C int and allocates memory per relevance level
+    # below it (2**31 - 1 took minutes and gigabytes), so the range stops at GRADE_MAX.
+    for grade in (GRADE_MAX + 1, 2**31, GRADE_MIN - 1, 10**30):
+        with pytest.raises(ValueError, match="query 'q', doc 'a': grade"):
+            evaluate({"q": {"a": grade}}, {"q": {"a": 1.0}})
+    with pytest.raises(ValueError, match="not an integer"):
+        evaluate({"q": {"a": 1.5}}, {"q": {"a": 1.0}})
+    assert evaluate({"q": {"a": GRADE_MAX}}, {"q": {"a": 1.0}}).mean["NDCG@10"] == 1.0
+    assert evaluate({"q": {"a": GRADE_MIN, "b": 1}}, {"q": {"b": 1.0}}).mean["NDCG@10"] == 1.0
+
+
+# --- TREC files: encodings, overflow, ids -------------------------------------------------------
+
+
+def test_read_run_strips_bom(tmp_path):
+    body = "q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\n"
+    (tmp_path / "bom.trec").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    (tmp_path / "plain.trec").write_text(body)
+    assert read_run(tmp_path / "bom.trec") == read_run(tmp_path / "plain.trec")
+    assert list(read_run(tmp_path / "bom.trec")) == ["q1"]
+
+
+def test_read_run_non_utf8_names_file_line_and_field(tmp_path):
+    path = tmp_path / "latin1.trec"
+    path.write_bytes(b"q1 Q0 d1 1 2.0 t\nq1 Q0 caf\xe9 2 1.0 t\n")
+    with pytest.raises(TrecFormatError) as err:
+        read_run(path)
+    assert str(err.value) == (
+        f"{path} line 2: field 'docid': not valid UTF-8 (bad byte at column 10)"
+    )
+
+
+def test_read_run_score_overflowing_float32(tmp_path):
+    path = tmp_path / "big.trec"
+    path.write_text("q1 Q0 d1 1 1e39 t\n")
+    with pytest.raises(TrecFormatError, match=r"big.trec line 1: field 'score': '1e39' overflows"):
+        read_run(path)
+    path.write_text("q1 Q0 d1 1 3.4e38 t\n")  # the largest float32 is about 3.40282e38
+    assert read_run(path) == {"q1": {"d1": 3.4e38}}
+
+
+@pytest.mark.parametrize(
+    "bad_id", ["d\u00a0x", "d\u200bx", "d\u3000x", "\ufeffd", "d\x7f"], ids=repr
+)
+def test_trec_ids_reject_invisible_characters(tmp_path, bad_id):
+    with pytest.raises(ValueError, match="cannot be written to a TREC file"):
+        write_run({"q": {bad_id: 1.0}}, tmp_path / "run.trec")
+    with pytest.raises(ValueError, match="cannot be written to a TREC file"):
+        write_run({bad_id: {"d": 1.0}}, tmp_path / "run.trec")
+    for bad in ("a b", "a\tb", "a\nb", ""):
+        with pytest.raises(ValueError, match="cannot be written"):
+            write_run({"q": {bad: 1.0}}, tmp_path / "run.trec")
+    path = tmp_path / "in.trec"
+    path.write_text(f"q1 Q0 {bad_id} 1 1.0 t\n")
+    if bad_id.split() == [bad_id]:  # NBSP and U+3000 split the line into 7 columns instead
+        with pytest.raises(TrecFormatError, match="line 1: field 'docid': id"):
+            read_run(path)
+    else:
+        with pytest.raises(TrecFormatError, match="line 1"):
+            read_run(path)
+
+
+def test_write_run_orders_and_scores_by_tie_order(tmp_path):
+    run = {"q": {"a": 1.0, "b": 1.0, "c": 1.0 + 1e-12, "d": 0.5}}
+    path = tmp_path / "run.trec"
+    write_run(run, path)
+    assert [line.split()[2] for line in path.read_text().splitlines()] == ["c", "b", "a", "d"]
+    assert read_run(path) == run  # raw scores
+    direct = pytrec_eval.RelevanceEvaluator({"q": {"a": 1}}, {"recip_rank"})
+    assert direct.evaluate(read_run(path)) == direct.evaluate(run)
+    write_run(run, path, ties="ascending")
+    back = read_run(path)
+    assert list(back["q"]) == ["c", "a", "b", "d"]
+    # Nudged strictly decreasing in float32, so trec_eval keeps exactly this order.
+    assert direct.evaluate(back)["q"]["recip_rank"] == 0.5
