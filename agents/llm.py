@@ -4,6 +4,11 @@
 "hosted_vllm/..." with `api_base`) plus "local/<name>" for the in-process provider of
 `agents.local_llm`. API keys come from the environment as litellm expects
 (OPENAI_API_KEY, ...); they are never part of a cache key, a cache value or a log line.
+A server given by `api_base` may need no key at all (vLLM, llama.cpp): when the provider's key
+variable is unset, a placeholder key is sent so that the OpenAI SDK does not refuse to call.
+
+A missing or rejected key raises `LLMAuthError` at once, without retrying: every other call
+would fail the same way, so callers stop the run instead of failing query after query.
 
 Usage accounting: a cache hit reports the stored token counts (the work the answer stands
 for) but cost 0.0 (no money was spent this time), `cached_calls=1` and the lookup time as
@@ -19,6 +24,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import logging
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -61,9 +67,113 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
     litellm.BadGatewayError,
 )
 
+# Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
+# request option only, like a real key: never in the cache key, params, repr or a record.
+NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
+
+# Which of litellm's "missing" environment variables are credentials (it also reports
+# *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ... that have defaults or are not secrets).
+_CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+# Providers whose SDKs find credentials beyond environment variables (AWS config files and
+# instance roles, Azure AD and managed identities, Google ADC): an unset variable proves
+# nothing, and an api_key would switch them to another auth scheme.
+_AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "vertex_ai"})
+
+# The OpenAI SDK refuses to build a client without a key; litellm reports that as an
+# InternalServerError, which would otherwise be retried as a transient 5xx.
+_MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
+
 # Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
 RETRY_WAIT_MULTIPLIER_S = 1.0
 RETRY_MAX_WAIT_S = 60.0
+
+
+class LLMAuthError(Exception):
+    """No API key, or a rejected one: one line that names the variable to set.
+
+    Not a per-query failure: every other call to the provider would fail the same way.
+    """
+
+
+def _is_custom(provider: str) -> bool:
+    return provider == "local" or any(
+        entry["provider"] == provider for entry in litellm.custom_provider_map
+    )
+
+
+def _provider(model: str) -> str | None:
+    try:
+        return litellm.get_llm_provider(model)[1]
+    except Exception:  # an unknown model; check_model reports it
+        return None
+
+
+def missing_key_variables(model: str) -> list[str]:
+    """The credential variables litellm says `model` needs and the environment lacks."""
+    provider = _provider(model)
+    if provider is None or _is_custom(provider) or provider in _AMBIENT_CREDENTIALS:
+        return []
+    missing = litellm.validate_environment(model=model)["missing_keys"]
+    return [name for name in missing if _CREDENTIAL_NAME.search(name)]
+
+
+def key_variables(model: str) -> list[str]:
+    """The environment variables to set for `model`'s API key; [] if none is known.
+
+    litellm names only missing variables, so a set but rejected key is found among the set
+    credential variables named after the provider, else litellm's <PROVIDER>_API_KEY
+    convention (e.g. HOSTED_VLLM_API_KEY).
+    """
+    missing = missing_key_variables(model)
+    provider = _provider(model)
+    if missing or provider is None or _is_custom(provider) or provider in _AMBIENT_CREDENTIALS:
+        return missing
+    stem = provider.replace("_", "").upper()
+    present = sorted(
+        name
+        for name in os.environ
+        if _CREDENTIAL_NAME.search(name) and name.replace("_", "").upper().startswith(stem)
+    )
+    return present or [f"{provider.upper()}_API_KEY"]
+
+
+def check_credentials(model: str, api_base: str | None) -> None:
+    """Raise ValueError naming the variable to set when `model` cannot have a key.
+
+    A server given by `api_base` is assumed to need none (a placeholder is sent), so only a
+    provider's own endpoint is checked. Local and scripted providers need none.
+    """
+    if api_base:
+        return
+    missing = missing_key_variables(model)
+    if missing:
+        raise ValueError(
+            f"{model} needs an API key: set {' or '.join(missing)} "
+            "(or give --api-base for a server that needs none)"
+        )
+
+
+def is_auth_error(exc: BaseException) -> bool:
+    """A missing or rejected key, however litellm reports it."""
+    if isinstance(exc, litellm.AuthenticationError):
+        return True
+    text = str(exc)
+    return any(message in text for message in _MISSING_KEY_MESSAGES)
+
+
+def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -> str:
+    """One line for an auth failure, without the provider's text (it may quote the key)."""
+    status = getattr(exc, "status_code", None)
+    if not isinstance(exc, litellm.AuthenticationError):
+        why = "no API key"
+    elif sent_placeholder:
+        why = f"{status}: the server wants an API key"
+    else:
+        why = f"{status}: the API key was rejected"
+    variables = key_variables(model)
+    hint = f"set {' or '.join(variables)}" if variables else "check the provider's credentials"
+    return f"{model}: authentication failed ({why}); {hint}"
 
 
 def check_model(model: str) -> None:
@@ -257,17 +367,30 @@ class LLM:
             # layer, so `self.max_retries` means what it says. Custom providers would receive
             # it among their generation params, and the local one has no SDK to configure.
             kwargs.setdefault("max_retries", 0)
+        placeholder = bool(
+            self.api_base and "api_key" not in kwargs and missing_key_variables(self.model)
+        )
+        if placeholder:
+            kwargs["api_key"] = NO_KEY_PLACEHOLDER
         async for attempt in retrying:
             with attempt:
                 if self._limiter:
                     await self._limiter.acquire()
-                return await litellm.acompletion(
-                    model=self.model,
-                    messages=messages,
-                    api_base=self.api_base,
-                    stop=stop,
-                    **kwargs,
-                )
+                try:
+                    return await litellm.acompletion(
+                        model=self.model,
+                        messages=messages,
+                        api_base=self.api_base,
+                        stop=stop,
+                        **kwargs,
+                    )
+                except Exception as exc:
+                    if not is_auth_error(exc):
+                        raise
+                    # Not retryable, and without the provider's error chained: its text may
+                    # quote the key, and a traceback is printed wherever stderr goes.
+                    message = auth_error_message(self.model, exc, placeholder)
+                    raise LLMAuthError(message) from None
 
     def _log_retry(self, state: RetryCallState) -> None:
         # Only the error's type: provider messages may echo parts of the request.

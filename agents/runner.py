@@ -4,6 +4,11 @@ Each finished query is appended to ``queries.jsonl`` and flushed to disk at once
 loses nothing already answered. Re-running skips queries that have a record without an error;
 failed ones are tried again (their new record is appended and the last record of a query wins
 when reading).
+
+An `LLMAuthError` is not a query's failure but the run's: no further query starts, the queries
+in flight end (a missing key fails them at their next uncached call), their records are kept,
+and the error is raised to the caller. The queries it stopped get no record, so a re-run with
+a key answers them.
 """
 
 from __future__ import annotations
@@ -11,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Mapping
@@ -20,19 +24,16 @@ from typing import Any
 
 from tqdm import tqdm
 
+from agents import secrets
 from agents.context import steps_usage
+from agents.llm import NO_KEY_PLACEHOLDER, LLMAuthError
 from agents.records import read_records
-
-# Values of environment variables named like secrets are scrubbed from anything we write
-# (error messages can quote a key back).
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:
-    for name, value in os.environ.items():
-        if _SECRET_NAME.search(name) and len(value) >= 8 and value in text:
-            text = text.replace(value, f"<{name}>")
-    return text
+    # the placeholder is no secret, but a server could quote it back, and it is promised to
+    # reach no file
+    return secrets.redact(text).replace(NO_KEY_PLACEHOLDER, "<no key>")
 
 
 def ranking_of(record: Mapping[str, Any]) -> dict[str, float]:
@@ -47,6 +48,8 @@ async def _run_one(graph: Any, query_id: str, query: str) -> dict:
         state = await graph.ainvoke(
             {"query_id": query_id, "query": query, "steps": [], "generated": {}}
         )
+    except LLMAuthError:
+        raise
     except Exception as e:  # one query's failure must not end the run; it is recorded
         error = redact(f"{type(e).__name__}: {e}")
     steps = state.get("steps", [])
@@ -98,11 +101,18 @@ async def run_queries(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     _end_torn_line(out)
+    auth_errors: list[LLMAuthError] = []
     with open(out, "a", encoding="utf-8") as f:
 
         async def one(query_id: str) -> None:
             async with sem:
-                record = await _run_one(graph, query_id, queries[query_id])
+                if auth_errors:
+                    return
+                try:
+                    record = await _run_one(graph, query_id, queries[query_id])
+                except LLMAuthError as e:
+                    auth_errors.append(e)
+                    return
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
             f.flush()
             # the next query may start while the disk syncs; the record is durable before it counts
@@ -114,4 +124,6 @@ async def run_queries(
             await asyncio.gather(*(one(q) for q in todo))
         finally:
             bar.close()
+    if auth_errors:
+        raise auth_errors[0]
     return {q: done[q] for q in queries if q in done}

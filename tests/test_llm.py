@@ -27,8 +27,9 @@ from litellm.types.utils import Choices, Message, ModelResponse
 from litellm.types.utils import Usage as LiteUsage
 
 import agents.llm as llm_module
-from agents.llm import LLM, Usage
+from agents.llm import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage, check_credentials
 from agents.llm_cache import LLMCache, cache_key
+from agents.runner import run_queries
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "sk-test-SECRET-123"
@@ -178,7 +179,6 @@ def test_gives_up_after_max_retries_attempts(provider):
     "error",
     [
         litellm.BadRequestError(message="bad", model="m", llm_provider="scripted"),
-        litellm.AuthenticationError(message="bad key", llm_provider="scripted", model="m"),
         litellm.NotFoundError(message="no such model", model="m", llm_provider="scripted"),
         litellm.ContextWindowExceededError(message="too long", model="m", llm_provider="scripted"),
     ],
@@ -361,3 +361,159 @@ def test_rate_limit_caps_provider_requests_but_not_cache_hits(provider, tmp_path
     assert len(provider.calls) == 10
     assert run(burst(llm, 10)) < 0.5  # the same 10 again are cache hits: no waiting
     assert len(provider.calls) == 10
+
+
+# --- missing and rejected keys ------------------------------------------------------------------
+
+# What litellm 1.110 raises when the OpenAI SDK finds no key (seen against a keyless server).
+MISSING_CREDENTIALS = (
+    "litellm.InternalServerError: InternalServerError: OpenAIException - Missing credentials. "
+    "Please pass an `api_key`, `workload_identity`, `admin_api_key`, or set the "
+    "`OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable."
+)
+
+
+def test_rejected_key_is_one_attempt_and_an_auth_error(provider, tmp_path):
+    provider.script = [
+        litellm.AuthenticationError(message=f"bad key {SECRET}", llm_provider="scripted", model="m")
+    ]
+    with pytest.raises(LLMAuthError) as caught:
+        run(LLM("scripted/m", cache_dir=tmp_path, max_retries=6).chat(USER))
+    assert len(provider.calls) == 1
+    message = str(caught.value)
+    assert message.startswith("scripted/m: authentication failed (401")
+    assert "\n" not in message and SECRET not in message  # the provider's text is left out
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+def test_missing_credentials_is_an_auth_error_not_a_5xx(provider, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    error = litellm.InternalServerError(
+        message=MISSING_CREDENTIALS, llm_provider="openai", model="openai/m"
+    )
+    assert isinstance(error, llm_module.RETRYABLE_ERRORS)  # why it used to be retried
+    provider.script = [error]
+    with pytest.raises(LLMAuthError, match=r"^scripted/m: authentication failed \(no API key\)"):
+        run(LLM("scripted/m", max_retries=6).chat(USER))
+    assert len(provider.calls) == 1
+
+
+def test_auth_error_names_the_providers_variable(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    error = litellm.AuthenticationError(message="401", llm_provider="openai", model="gpt-4o-mini")
+    line = llm_module.auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
+    assert line == (
+        "openai/gpt-4o-mini: authentication failed (401: the API key was rejected); "
+        "set OPENAI_API_KEY"
+    )
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # set but rejected: still the one to fix
+    line = llm_module.auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
+    assert line.endswith("set OPENAI_API_KEY") and SECRET not in line
+    line = llm_module.auth_error_message("hosted_vllm/q", error, sent_placeholder=True)
+    assert line.endswith("(401: the server wants an API key); set HOSTED_VLLM_API_KEY")
+
+
+class _Capture:
+    """Stands in for litellm.acompletion and keeps the keyword arguments of each call."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    async def __call__(self, **kwargs):
+        self.calls.append(kwargs)
+        return litellm.completion(model="gpt-4o-mini", messages=USER, mock_response="ok")
+
+
+@pytest.fixture
+def capture(monkeypatch):
+    fake = _Capture()
+    monkeypatch.setattr(litellm, "acompletion", fake)
+    return fake
+
+
+def test_placeholder_key_only_for_an_api_base_without_the_variable(capture, monkeypatch, tmp_path):
+    base = "http://127.0.0.1:9/v1"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    llm = LLM("openai/served", api_base=base, cache_dir=tmp_path)
+    run(llm.chat(USER))
+    assert capture.calls[-1]["api_key"] == NO_KEY_PLACEHOLDER
+    assert NO_KEY_PLACEHOLDER not in repr(llm) and "api_key" not in llm.params
+    assert run(llm.chat(USER)).cached  # the same entry as a call that had no key at all
+    for path in (p for p in tmp_path.rglob("*") if p.is_file()):
+        assert NO_KEY_PLACEHOLDER.encode() not in path.read_bytes(), path
+
+    run(LLM("openai/served", api_base=base).chat(USER, api_key=SECRET))
+    assert capture.calls[-1]["api_key"] == SECRET  # a caller's key is never replaced
+    run(LLM("openai/gpt-4o-mini").chat(USER))
+    assert "api_key" not in capture.calls[-1]  # the provider's own endpoint: no placeholder
+    run(LLM("hosted_vllm/served", api_base=base).chat(USER))
+    assert "api_key" not in capture.calls[-1]  # litellm needs no key for it
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    run(LLM("openai/served", api_base=base).chat(USER))
+    assert "api_key" not in capture.calls[-1]  # litellm reads the variable itself
+
+
+@pytest.mark.parametrize(
+    ("model", "api_base"),
+    [
+        ("openai/served", "http://127.0.0.1:8000/v1"),
+        ("local/smollm2-135m", None),
+        ("scripted/m", None),
+        ("hosted_vllm/served", None),
+        ("ollama/llama3", None),  # litellm lists OLLAMA_API_BASE as missing: not a key
+        ("bedrock/anthropic.claude-3", None),  # AWS finds credentials beyond the environment
+    ],
+)
+def test_check_credentials_accepts(provider, monkeypatch, model, api_base):
+    for name in ("OPENAI_API_KEY", "OLLAMA_API_BASE", "AWS_ACCESS_KEY_ID"):
+        monkeypatch.delenv(name, raising=False)
+    check_credentials(model, api_base)
+
+
+def test_check_credentials_names_the_missing_variable(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    needs = "^openai/gpt-4o-mini needs an API key: set OPENAI_API_KEY "
+    with pytest.raises(ValueError, match=needs):
+        check_credentials("openai/gpt-4o-mini", None)
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="set GOOGLE_API_KEY or GEMINI_API_KEY"):
+        check_credentials("gemini/gemini-2.0-flash", None)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    check_credentials("openai/gpt-4o-mini", None)
+
+
+class _Graph:
+    """A graph whose queries answer, fail, or hit an auth error, by query id."""
+
+    def __init__(self, auth_from: int) -> None:
+        self.auth_from = auth_from
+        self.started: list[str] = []
+
+    async def ainvoke(self, state: dict) -> dict:
+        self.started.append(state["query_id"])
+        number = int(state["query_id"][1:])
+        if number == 1:
+            raise RuntimeError("this query's own failure")
+        if number >= self.auth_from:
+            raise LLMAuthError("scripted/m: authentication failed (401); set SCRIPTED_KEY")
+        return {**state, "ranking": {"d1": 1.0}}
+
+
+def test_auth_error_stops_the_run_and_keeps_finished_records(tmp_path):
+    queries = {f"q{i}": f"question {i}" for i in range(6)}
+    out = tmp_path / "queries.jsonl"
+    graph = _Graph(auth_from=3)
+    with pytest.raises(LLMAuthError, match="set SCRIPTED_KEY"):
+        run(run_queries(graph, queries, out, concurrency=1, progress=False))
+    assert graph.started == ["q0", "q1", "q2", "q3"]  # nothing starts after the auth error
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["query_id"], r["error"]) for r in lines] == [
+        ("q0", None),
+        ("q1", "RuntimeError: this query's own failure"),
+        ("q2", None),
+    ]
+    # with a key, the re-run answers the rest (q1 is retried as any failed query is)
+    graph = _Graph(auth_from=99)
+    records = run(run_queries(graph, queries, out, concurrency=4, progress=False))
+    assert graph.started == ["q1", "q3", "q4", "q5"] and len(records) == 6

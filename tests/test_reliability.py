@@ -357,7 +357,7 @@ def test_api_keys_reach_no_file_the_run_writes(driver, task, tmp_path):
     spec = {
         "log": str(tmp_path / "calls.log"),
         "fail": {
-            "2": ["AuthenticationError", quoting],  # fails at once, quoting both keys
+            "2": ["BadRequestError", quoting],  # fails at once, quoting both keys
             "4": ["RateLimitError", quoting],  # retried first: the retry warnings are logged
         },
     }
@@ -374,3 +374,20 @@ def test_api_keys_reach_no_file_the_run_writes(driver, task, tmp_path):
         p for p in written for key in (OPENAI_KEY, ANTHROPIC_KEY) if key.encode() in p.read_bytes()
     ]
     assert leaks == []
+
+
+def test_a_rejected_key_stops_the_run_in_one_line(driver, task, tmp_path):
+    quoting = "Incorrect API key provided: {OPENAI_API_KEY}"
+    spec = {"log": str(tmp_path / "calls.log"), "fail": {"2": ["AuthenticationError", quoting]}}
+    args = run_args(task, tmp_path / "runs", tmp_path / "cache", "--concurrency", "1")
+    proc = spawn(driver, tmp_path, "auth", spec, args, OPENAI_API_KEY=OPENAI_KEY)
+    assert finish(proc) == 2
+    err = (tmp_path / "logs" / "auth.err").read_text()
+    assert err.strip() == (
+        "error: scripted/x: authentication failed (401: the API key was rejected); "
+        "check the provider's credentials"
+    )
+    assert calls_per_query(tmp_path / "calls.log") == Counter({0: 1, 1: 1, 2: 1})  # no retry
+    assert sorted(rankings(tmp_path / "runs" / "r")) == ["q0", "q1"]  # finished ones are kept
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert [p for p in written if OPENAI_KEY.encode() in p.read_bytes()] == []
