@@ -59,6 +59,9 @@ def check_options(options: Mapping[str, Any]) -> None:
     for key in ("max_turns", "top_k", "doc_words"):
         if options[key] < 1:
             raise ValueError(f"{key} must be at least 1, got {options[key]}")
+    for key in ("max_searches", "max_refusals"):
+        if key in options and options[key] < 0:
+            raise ValueError(f"{key} must be at least 0, got {options[key]}")
 
 
 def resolve_llm_mode(ctx: AgentContext) -> str:

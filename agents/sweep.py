@@ -16,7 +16,6 @@ agent's run without overrides.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tomllib
@@ -26,7 +25,9 @@ from typing import Any
 
 from agents.run import DEFAULT_MODEL
 from agents.run import main as run_main
+from agents.secrets import redact
 from eval.datasets import default_cache_dir
+from eval.files import FolderError, writable_folder, write_json
 
 # Options shared by every cell, as agents.run flags: key -> type the value must have.
 OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
@@ -237,8 +238,7 @@ def run_sweep(sweep: Sweep) -> int:
     from eval.compare import CompareError, compare_runs, comparison_markdown, write_comparison
 
     grid, notes = cells(sweep)
-    runs_dir = sweep.output / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    runs_dir = writable_folder(sweep.output / "runs", f"{sweep.path}: output")
     for note in notes:
         print(note)
     status: dict[str, int | str] = {}
@@ -252,9 +252,10 @@ def run_sweep(sweep: Sweep) -> int:
             status[cell.name] = e.code if isinstance(e.code, int) else 2
             if isinstance(e.code, str):
                 print(e.code, file=sys.stderr)
-    _write_json(
+    write_json(
         sweep.output / "cells.json",
-        [{"name": c.name, "argv": c.argv, "status": status[c.name]} for c in grid],
+        [{"name": c.name, "argv": [redact(a) for a in c.argv], "status": status[c.name]}
+         for c in grid],  # fmt: skip
     )
 
     failed = [n for n, rc in status.items() if rc != 0]
@@ -315,10 +316,6 @@ def _type_name(expected: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(t, f"a {t.__name__}") for t in types)
 
 
-def _write_json(path: Path, value: object) -> None:
-    path.write_text(json.dumps(value, indent=2) + "\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m agents.sweep",
@@ -328,10 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         sweep = load_sweep(args.config)
-    except SweepError as e:
+        return run_sweep(sweep)
+    except (SweepError, FolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return run_sweep(sweep)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import read_records
+from eval.argtypes import positive_int
 
 WIDTH = 100
 
@@ -83,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="a run folder written by agents.run")
     p.add_argument("query_id")
     p.add_argument("--task", default=None, help="only look in this task's folder")
-    p.add_argument("--chars", type=int, default=1500, help="cut texts longer than this")
+    p.add_argument(
+        "--chars", type=positive_int, default=1500, help="cut texts longer than this"
+    )
     args = p.parse_args(argv)
     try:
         task, record = find_record(args.run_dir, args.query_id, args.task)

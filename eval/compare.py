@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import hashlib
+import io
 import json
 import re
 import sys
@@ -34,7 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.records import read_records
+from eval.argtypes import non_negative_int
 from eval.evaluate import evaluate, metric_names
+from eval.files import FolderError, writable_folder, write_text
 from eval.report import leaderboard_markdown, order_tasks
 from eval.significance import TESTS, Test, paired_p_value
 from eval.trec import read_run
@@ -546,28 +549,38 @@ def write_comparison(c: Comparison, out: Path | str, plots: bool = True) -> list
     written = []
 
     def put(name: str, text: str) -> None:
-        (out / name).write_text(text)
+        write_text(out / name, text)
         written.append(out / name)
+
+    def put_csv(name: str, header: list[str], rows: list[list]) -> None:
+        buffer = io.StringIO()
+        w = csv.writer(buffer, lineterminator="\n")
+        w.writerow(header)
+        w.writerows(rows)
+        put(name, buffer.getvalue())
 
     put("report.md", comparison_markdown(c))
     put("leaderboard.md", leaderboard_markdown(leaderboard_rows(c), c.tasks, c.metric))
-    with open(out / "leaderboard.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "folder", *c.tasks, "Avg"])
-        for label in c.labels:
-            values = [f"{c.means[label][t]:.5f}" for t in c.tasks]
-            w.writerow([label, str(c.runs[label].path), *values, f"{c.avg(label):.5f}"])
-    written.append(out / "leaderboard.csv")
-    with open(out / "deltas.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["run", "baseline", "task", "n", "baseline_mean", "run_mean", "delta",
-                    "wins", "ties", "losses", "p_value", "test"])  # fmt: skip
-        for label, by_task in c.deltas.items():
-            for task, d in by_task.items():
-                w.writerow([label, c.baseline, task, d.n, f"{d.baseline:.5f}", f"{d.value:.5f}",
-                            f"{d.delta:.5f}", d.wins, d.ties, d.losses, f"{d.p_value:.4g}",
-                            c.test])  # fmt: skip
-    written.append(out / "deltas.csv")
+    put_csv(
+        "leaderboard.csv",
+        ["run", "folder", *c.tasks, "Avg"],
+        [
+            [label, str(c.runs[label].path), *(f"{c.means[label][t]:.5f}" for t in c.tasks),
+             f"{c.avg(label):.5f}"]
+            for label in c.labels
+        ],
+    )  # fmt: skip
+    put_csv(
+        "deltas.csv",
+        ["run", "baseline", "task", "n", "baseline_mean", "run_mean", "delta",
+         "wins", "ties", "losses", "p_value", "test"],
+        [
+            [label, c.baseline, task, d.n, f"{d.baseline:.5f}", f"{d.value:.5f}",
+             f"{d.delta:.5f}", d.wins, d.ties, d.losses, f"{d.p_value:.4g}", c.test]
+            for label, by_task in c.deltas.items()
+            for task, d in by_task.items()
+        ],
+    )  # fmt: skip
     summary = {
         "metric": c.metric,
         "test": c.test,
@@ -620,7 +633,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", type=Path, default=None, help="default: the first run")
     p.add_argument("--metric", default=DEFAULT_METRIC, help="default: %(default)s")
     p.add_argument("--test", default="fisher", choices=TESTS, help="default: %(default)s")
-    p.add_argument("--top", type=int, default=TOP_MOVERS, help="movers listed each way")
+    p.add_argument(
+        "--top", type=non_negative_int, default=TOP_MOVERS, help="movers listed each way"
+    )
     p.add_argument("--out", type=Path, default=None, help="default: comparisons/<timestamp>")
     p.add_argument(
         "--qrels-from",
@@ -635,7 +650,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
+        writable_folder(out, "--out")
         comparison = compare_runs(
             args.runs,
             baseline=args.baseline,
@@ -645,10 +662,9 @@ def main(argv: list[str] | None = None) -> int:
             test=args.test,
             top=args.top,
         )
-    except (CompareError, OSError, json.JSONDecodeError) as e:
+    except (CompareError, FolderError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
     write_comparison(comparison, out, plots=not args.no_plots)
     print(comparison_markdown(comparison))
     print(f"written to {out}")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from eval.evaluate import Evaluation
+from eval.files import write_json, write_text
 
 PathLike = str | os.PathLike[str]
 
@@ -111,10 +112,7 @@ def results_json(
 
 def write_results_json(results: Mapping, path: PathLike) -> None:
     """Write a ``results_json`` dict as R2MED does: indent 2, keys sorted."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_json(path, results, indent=2, sort_keys=True)
 
 
 def write_per_query(evaluation: Evaluation, path: PathLike) -> None:
@@ -123,17 +121,17 @@ def write_per_query(evaluation: Evaluation, path: PathLike) -> None:
     JSONL lines are ``{"query_id": ..., "NDCG@10": ..., ...}``; the TSV has a header row.
     Values are unrounded so they can be re-averaged or used for significance tests.
     """
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     metrics = evaluation.metrics or sorted({m for v in evaluation.per_query.values() for m in v})
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        if str(path).endswith(".jsonl"):
-            for qid, values in evaluation.per_query.items():
-                f.write(json.dumps({"query_id": qid, **{m: values[m] for m in metrics}}) + "\n")
-        else:
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-            writer.writerow(["query_id", *metrics])
-            for qid, values in evaluation.per_query.items():
-                writer.writerow([qid, *(repr(values[m]) for m in metrics)])
+    out = io.StringIO()
+    if str(path).endswith(".jsonl"):
+        for qid, values in evaluation.per_query.items():
+            out.write(json.dumps({"query_id": qid, **{m: values[m] for m in metrics}}) + "\n")
+    else:
+        writer = csv.writer(out, delimiter="\t", lineterminator="\n")
+        writer.writerow(["query_id", *metrics])
+        for qid, values in evaluation.per_query.items():
+            writer.writerow([qid, *(repr(values[m]) for m in metrics)])
+    write_text(path, out.getvalue())
 
 
 def _pct(value: float) -> str:
