@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import numpy as np
 
 from eval.datasets import id_problem
 from eval.evaluate import Run, TieOrder, strictly_decreasing
+from eval.files import write_text
 
 PathLike = str | os.PathLike[str]
 
@@ -60,9 +60,7 @@ def write_run(
         for rank, (doc_id, score) in enumerate(docs[:depth], start=1):
             _check_id("doc id", doc_id)
             lines.append(f"{qid} Q0 {doc_id} {rank} {score!r} {tag}\n")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(lines)
+    write_text(path, "".join(lines))
 
 
 def read_run(path: PathLike) -> Run:
