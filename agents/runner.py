@@ -14,7 +14,6 @@ a key answers them.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -25,9 +24,10 @@ from typing import Any
 from tqdm import tqdm
 
 from agents import secrets
-from agents.context import steps_usage
-from agents.llm import NO_KEY_PLACEHOLDER, LLMAuthError
-from agents.records import read_records
+from agents.graphs.context import steps_usage
+from agents.llm.errors import LLMAuthError
+from agents.secrets import NO_KEY_PLACEHOLDER
+from eval.runs import read_records, record_line
 
 
 def redact(text: str) -> str:
@@ -58,6 +58,7 @@ async def _run_one(graph: Any, query_id: str, query: str) -> dict:
         "query": query,
         "ranking": [[d, s] for d, s in state.get("ranking", {}).items()],
         "generated": state.get("generated", {}),
+        "searches": state.get("searches", 0),
         "usage": steps_usage(steps).to_dict(),
         "seconds": round(time.perf_counter() - started, 4),
         "error": error,
@@ -113,7 +114,7 @@ async def run_queries(
                 except LLMAuthError as e:
                     auth_errors.append(e)
                     return
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            f.write(record_line(record))
             f.flush()
             # the next query may start while the disk syncs; the record is durable before it counts
             await asyncio.to_thread(os.fsync, f.fileno())

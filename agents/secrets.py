@@ -18,6 +18,9 @@ SECRET_NAME = re.compile(
     r"KEY|TOKEN|SECRET|PASS|PWD|AUTH|CRED|BEARER|COOKIE|SESSION|SIGNATURE|SIG$", re.IGNORECASE
 )
 MASK = "***"
+# Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
+# request option only, like a real key: never in the cache key, params, repr or a record.
+NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
 _MIN_SECRET = 8  # shorter values ("1", "true") would mask ordinary words
 
 # URL userinfo in free text: scheme://user:password@host

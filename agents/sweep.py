@@ -1,12 +1,13 @@
 """Run a grid of configurations and compare them: `python -m agents.sweep sweep.toml`.
 
 The TOML file (see docs/sweep-example.toml) lists agents × retrievers × models × prompt
-variants × datasets, plus options shared by every cell. Each cell is one `agents.run` run,
-in-process, in `<output>/runs/<cell>`, all with the same `--cache-dir`, so indexes and LLM
-answers are shared. Running the sweep again resumes it: agents.run reads back finished
-tasks and answers only what is missing. At the end the cells of each dataset are compared
-(`eval.compare`) into `<output>/comparison` (one sub-folder per dataset when there are
-several).
+variants × datasets, plus settings shared by every cell (`[options]`: any key of
+`agents.config.SETTINGS`, i.e. any `agents.run` flag without "--", "_" for "-"). Each cell is
+a `RunConfig`, run in-process by `agents.pipeline.run` in `<output>/runs/<cell>`, all with
+the same cache folder, so indexes and LLM answers are shared. Running the sweep again
+resumes it: finished tasks are read back and only what is missing is answered. At the end
+the cells of each dataset are compared (`eval.compare`) into `<output>/comparison` (one
+sub-folder per dataset when there are several).
 
 Cells that would run the same configuration are run once: agents without an LLM ignore the
 model and prompt axes, and a prompt variant that overrides no prompt an agent uses is that
@@ -16,6 +17,7 @@ agent's run without overrides.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import tomllib
@@ -23,34 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.run import DEFAULT_MODEL
-from agents.run import main as run_main
-from agents.secrets import redact
+from agents.config import DEFAULT_MODEL, SETTINGS, ConfigError, RunConfig, from_settings, to_dict
+from agents.llm.errors import LLMAuthError
+from agents.registry import AGENTS
 from eval.datasets import default_cache_dir
-from eval.files import FolderError, writable_folder, write_json
+from eval.files import FolderError, describe_os_error, safe_name, writable_folder, write_json
+from eval.runs import CONFIG_FILE, run_folder_name
 
-# Options shared by every cell, as agents.run flags: key -> type the value must have.
-OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
-    "limit": int,
-    "max_tokens": int,
-    "concurrency": int,
-    "depth": int,
-    "temperature": (int, float),
-    "k1": (int, float),
-    "b": (int, float),
-    "rate_limit": (int, float),
-    "bm25_method": str,
-    "missing": str,
-    "api_base": str,
-    "cache": str,
-    "final_ranking": str,
-    "max_searches": int,
-    "max_turns": int,
-    "top_k": int,
-    "option": list,  # agent settings, ["max_turns=8", ...] -> --option each
-    "quiet": bool,
-    "overwrite": bool,
-}
+_AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
+AXES = ("agent", "dataset", "retriever", "model", "prompt")  # set per cell by the grid
+RUN_KEYS = {"quiet": bool, "overwrite": bool}  # how to run, not what: not in the config
 TOP_KEYS = {
     "output", "cache_dir", "agents", "retrievers", "models", "datasets", "prompts", "options",
     "compare",
@@ -66,7 +50,7 @@ class SweepError(ValueError):
 class Cell:
     name: str
     dataset: str
-    argv: list[str]
+    config: RunConfig
 
 
 @dataclass
@@ -86,9 +70,8 @@ class Sweep:
 def load_sweep(path: Path | str) -> Sweep:
     """Read and check a sweep config; raises SweepError naming the file and the bad key."""
     from agents.llm import check_model
-    from agents.registry import AGENTS
     from prompts import PromptError, parse_prompt_overrides
-    from retrievers.search import check_spec
+    from retrievers.config import RetrieverConfig
 
     path = Path(path)
     where = str(path)
@@ -125,7 +108,7 @@ def load_sweep(path: Path | str) -> Sweep:
     retrievers = strings("retrievers", ["bm25"])
     for r in retrievers:
         try:
-            check_spec(r)
+            RetrieverConfig(spec=r)
         except ValueError as e:
             raise fail("retrievers", str(e)) from None
     models = strings("models", [DEFAULT_MODEL])
@@ -162,13 +145,18 @@ def load_sweep(path: Path | str) -> Sweep:
     if not isinstance(options, dict):
         raise fail("options", f"expected a table, got {options!r}")
     for key, value in options.items():
-        if key not in OPTION_TYPES:
-            raise fail(f"options.{key}", f"unknown option; known: {', '.join(OPTION_TYPES)}")
-        expected = OPTION_TYPES[key]
-        if isinstance(value, bool) and expected is not bool or not isinstance(value, expected):
-            raise fail(f"options.{key}", f"expected {_type_name(expected)}, got {value!r}")
-        if key == "option" and not all(isinstance(v, str) and "=" in v for v in value):
-            raise fail("options.option", f"expected a list of 'KEY=VALUE' strings, got {value!r}")
+        if key in RUN_KEYS:
+            if not isinstance(value, RUN_KEYS[key]):
+                raise fail(f"options.{key}", f"expected true or false, got {value!r}")
+            continue
+        if key not in SETTINGS or key in AXES or key in ("runs_dir", "run_name", "cache_dir"):
+            known = [k for k in SETTINGS if k not in AXES] + list(RUN_KEYS)
+            raise fail(f"options.{key}", f"unknown option; known: {', '.join(known)}")
+        agent = next((a for a in agents if key not in _AGENT_ONLY or AGENTS[a].defaults), "none")
+        try:  # each value is checked by the config itself, as a flag's would be
+            from_settings({"agent": agent, key: value})
+        except ValueError as e:
+            raise fail(f"options.{key}", str(e)) from None
 
     compare = raw.get("compare", {})
     if not isinstance(compare, dict):
@@ -183,7 +171,7 @@ def load_sweep(path: Path | str) -> Sweep:
     for key, value in (("output", output), ("cache_dir", cache_dir)):
         if value is not None and not isinstance(value, str):
             raise fail(key, f"expected a path string, got {value!r}")
-    return Sweep(
+    sweep = Sweep(
         path=path,
         output=(base / output).resolve(),
         cache_dir=(base / cache_dir).resolve() if cache_dir else default_cache_dir(),
@@ -195,16 +183,19 @@ def load_sweep(path: Path | str) -> Sweep:
         options=options,
         compare=compare,
     )
+    try:
+        cells(sweep)  # every cell's config is checked before anything runs
+    except ConfigError as e:
+        raise SweepError(f"{where}: {e}") from None
+    return sweep
 
 
 def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
     """The grid's distinct runs, in config order, and a note for each duplicate left out."""
-    from agents.registry import AGENTS
-
     out: list[Cell] = []
     notes: list[str] = []
     seen: dict[tuple, str] = {}
-    shared = _option_flags(sweep.options)
+    shared = {k: v for k, v in sweep.options.items() if k not in RUN_KEYS}
     for dataset in sweep.datasets:
         for agent in sweep.agents:
             spec = AGENTS[agent]
@@ -213,23 +204,26 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
                 for model in sweep.models if spec.uses_llm else [None]:
                     for variant, overrides in sweep.prompts.items():
                         used = {k: v for k, v in overrides.items() if k.split("/")[0] in families}
-                        key = (dataset, agent, retriever, model, tuple(sorted(used.items())))
-                        parts = [agent, _slug(retriever)]
+                        settings = {**shared, "agent": agent, "dataset": dataset,
+                                    "retriever": retriever, "runs_dir": str(sweep.output / "runs"),
+                                    "cache_dir": str(sweep.cache_dir)}  # fmt: skip
                         if model:
-                            parts += [_slug(model.split("/")[-1]), variant]
-                        parts.append(_slug(Path(dataset).name or dataset))
-                        name = "-".join(parts)
+                            settings["model"] = model
+                        if used:
+                            settings["prompt"] = {k: str(v) for k, v in used.items()}
+                        config = from_settings(settings)
+                        defaults = AGENTS[agent].defaults
+                        name = run_folder_name(
+                            to_dict(config), defaults, variant if model else None
+                        )
+                        key = (dataset, agent, retriever, model, tuple(sorted(used.items())))
                         if key in seen:
                             if seen[key] != name:
                                 notes.append(f"{name} is the same run as {seen[key]}; run once")
                             continue
                         seen[key] = name
-                        argv = ["--agent", agent, "--dataset", dataset, "--retriever", retriever]
-                        if model:
-                            argv += ["--model", model]
-                        for prompt, file in used.items():
-                            argv += ["--prompt", f"{prompt}={file}"]
-                        out.append(Cell(name, dataset, argv + shared))
+                        config = dataclasses.replace(config, run_name=name)
+                        out.append(Cell(name, dataset, config))
     return out, notes
 
 
@@ -241,32 +235,25 @@ def run_sweep(sweep: Sweep) -> int:
     runs_dir = writable_folder(sweep.output / "runs", f"{sweep.path}: output")
     for note in notes:
         print(note)
-    status: dict[str, int | str] = {}
+    status: dict[str, int] = {}
+    quiet = bool(sweep.options.get("quiet"))
     for i, cell in enumerate(grid, 1):
-        argv = [*cell.argv, "--runs-dir", str(runs_dir), "--run-name", cell.name]
-        argv += ["--cache-dir", str(sweep.cache_dir)]
         print(f"[{i}/{len(grid)}] {cell.name}", flush=True)
-        try:
-            status[cell.name] = run_main(argv)
-        except SystemExit as e:  # argparse or a refused run folder: this cell only
-            status[cell.name] = e.code if isinstance(e.code, int) else 2
-            if isinstance(e.code, str):
-                print(e.code, file=sys.stderr)
+        status[cell.name] = _run_cell(cell, sweep.options.get("overwrite", False), quiet)
     write_json(
         sweep.output / "cells.json",
-        [{"name": c.name, "argv": [redact(a) for a in c.argv], "status": status[c.name]}
-         for c in grid],  # fmt: skip
+        [{"name": c.name, "config": to_dict(c.config), "status": status[c.name]} for c in grid],
     )
 
     failed = [n for n, rc in status.items() if rc != 0]
     by_dataset: dict[str, list[Cell]] = {}
     for cell in grid:
-        if (runs_dir / cell.name / "config.json").is_file() and status[cell.name] in (0, 1):
+        if (runs_dir / cell.name / CONFIG_FILE).is_file() and status[cell.name] in (0, 1):
             by_dataset.setdefault(cell.dataset, []).append(cell)
     for dataset, group in by_dataset.items():
         out = sweep.output / "comparison"
         if len(sweep.datasets) > 1:
-            out = out / _slug(Path(dataset).name or dataset)
+            out = out / safe_name(Path(dataset).name or dataset)
         names = [c.name for c in group]
         baseline = sweep.compare.get("baseline")
         if baseline not in names:
@@ -292,28 +279,22 @@ def run_sweep(sweep: Sweep) -> int:
     return 0
 
 
-def _option_flags(options: dict[str, Any]) -> list[str]:
-    flags: list[str] = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if key == "option":
-            for pair in value:
-                flags += ["--option", pair]
-        elif isinstance(value, bool):
-            flags += [flag] if value else []
-        else:
-            flags += [flag, str(value)]
-    return flags
+def _run_cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
+    """One cell, as `agents.run` would exit on it: 0 done, 1 some queries failed, 2 refused."""
+    from agents.pipeline import run
+    from agents.run import report
 
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
-
-
-def _type_name(expected: type | tuple[type, ...]) -> str:
-    types = expected if isinstance(expected, tuple) else (expected,)
-    names = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
-    return " or ".join(names.get(t, f"a {t.__name__}") for t in types)
+    try:
+        result = run(
+            cell.config, overwrite=overwrite, progress=not quiet, on_task=lambda t: print(report(t))
+        )
+    except (ValueError, LLMAuthError) as e:  # this cell only
+        print(f"error: {cell.name}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
+        return 2
+    return 1 if result.failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

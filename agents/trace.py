@@ -2,7 +2,8 @@
 
 Reads the query's last record in `<run folder>/<task>/queries.jsonl` (all tasks are searched
 unless `--task` is given) and prints every step: LLM calls with their output, searches with
-the doc ids they returned, canned messages and limits, then the final ranking.
+the doc ids they returned, canned messages and limits; then the steps of each later (rerank)
+stage up to the task's final one, and the final ranking, which is that stage's.
 """
 
 from __future__ import annotations
@@ -10,26 +11,41 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.records import read_records
 from eval.argtypes import positive_int
+from eval.runs import read_records, records_path, stage_chain, task_dirs
 
 WIDTH = 100
 
 
 def find_record(run_dir: Path, query_id: str, task: str | None = None) -> tuple[str, dict]:
     """The (task, record) of `query_id`; ValueError naming what was looked at otherwise."""
-    files = sorted(run_dir.glob(f"{task or '*'}/queries.jsonl"))
-    if not files:
+    folders = [
+        p
+        for p in task_dirs(run_dir)
+        if (task is None or p.name == task) and records_path(p).is_file()
+    ]
+    if not folders:
         raise ValueError(f"{run_dir}: no <task>/queries.jsonl here; is it a run folder?")
-    for path in files:
-        record = read_records(path).get(query_id)
+    for folder in folders:
+        record = read_records(records_path(folder)).get(query_id)
         if record is not None:
-            return path.parent.name, record
-    tasks = ", ".join(p.parent.name for p in files)
+            return folder.name, record
+    tasks = ", ".join(p.name for p in folders)
     raise ValueError(f"query {query_id!r} is in no queries.jsonl of {run_dir} (tasks: {tasks})")
+
+
+def stage_records(task_dir: Path, query_id: str) -> list[tuple[str, dict]]:
+    """(stage folder, record) of `query_id` in each stage after the agent's, up to the final."""
+    found = []
+    for stage in stage_chain(task_dir)[1:]:
+        record = read_records(records_path(stage)).get(query_id)
+        if record is not None:
+            found.append((stage.name, record))
+    return found
 
 
 def _block(text: str, limit: int) -> str:
@@ -66,17 +82,34 @@ def format_step(number: int, step: dict[str, Any], limit: int) -> str:
     return "\n".join(lines)
 
 
-def format_record(task: str, record: dict[str, Any], limit: int = 1500) -> str:
+def format_record(
+    task: str,
+    record: dict[str, Any],
+    limit: int = 1500,
+    stages: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> str:
+    """The agent's record, then each later stage's (`stage_records`); the final ranking is
+    the last stage's."""
     head = [
         f"task {task}, query {record['query_id']}: {record['query']}",
         f"{record['seconds']:.2f} s; usage {record['usage']}",
     ]
     if record.get("error"):
         head.append(f"FAILED: {record['error']}")
-    steps = [format_step(i, s, limit) for i, s in enumerate(record["steps"], 1)]
-    ranking = ", ".join(f"{d} ({s:.3f})" for d, s in record["ranking"][:10])
-    tail = [f"final ranking (top 10 of {len(record['ranking'])}): {ranking or '(none)'}"]
-    return "\n\n".join(["\n".join(head), *steps, "\n".join(tail)])
+    blocks = ["\n".join(head)]
+    blocks += [format_step(i, s, limit) for i, s in enumerate(record["steps"], 1)]
+    for name, stage in stages:
+        seconds = stage.get("seconds") or 0.0
+        stage_head = [f"stage {name}: {seconds:.2f} s; usage {stage.get('usage')}"]
+        if stage.get("error"):
+            stage_head.append(f"FAILED: {stage['error']}")
+        blocks.append("\n".join(stage_head))
+        blocks += [format_step(i, s, limit) for i, s in enumerate(stage.get("steps") or [], 1)]
+    final = stages[-1][1] if stages else record
+    ranked = final.get("ranking") or []
+    ranking = ", ".join(f"{d} ({s:.3f})" for d, s in ranked[:10])
+    blocks.append(f"final ranking (top 10 of {len(ranked)}): {ranking or '(none)'}")
+    return "\n\n".join(blocks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         task, record = find_record(args.run_dir, args.query_id, args.task)
+        stages = stage_records(args.run_dir / task, args.query_id)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(format_record(task, record, args.chars))
+    print(format_record(task, record, args.chars, stages))
     return 0
 
 

@@ -12,7 +12,7 @@ query is 3 LLM calls and 2 retrievals (the top-10 search, the depth-100 final ra
 Everything runs through the public entry point, ``agents.run.main`` (``--model
 scripted/bench``, ``--runs-dir``/``--cache-dir`` in a temporary folder, ``--quiet``), in this
 process so the scripted provider is seen. The query loop is timed by wrapping
-``agents.run.run_queries`` (the only thing that differs from a plain CLI run), so the numbers
+``agents.pipeline.run_queries`` (the only thing that differs from a plain CLI run), so the numbers
 leave out index loading, scoring and the BM25 baseline that ``main`` also does. Retrieval time
 is the sum of the ``seconds`` of every retrieval step in the written records.
 
@@ -52,11 +52,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import agents.llm as llm_module  # noqa: E402
+import agents.llm.client as llm_module  # noqa: E402
+import agents.pipeline as pipeline_module  # noqa: E402
 import agents.run as run_module  # noqa: E402
-from agents import scripted  # noqa: E402
-from agents.llm import LLM  # noqa: E402
-from agents.search_o1 import BEGIN_QUERY  # noqa: E402
+from agents.graphs.search_o1 import BEGIN_QUERY  # noqa: E402
+from agents.llm import LLM, scripted  # noqa: E402
 from eval.datasets import DEMO_DIR  # noqa: E402
 
 litellm = llm_module.litellm  # imported by agents.llm, which keeps the cost map offline
@@ -113,7 +113,7 @@ class Bench:
         self.n = 0
         self._loop_wall = 0.0
         self._loop_cpu = 0.0
-        self._real_run_queries = run_module.run_queries
+        self._real_run_queries = pipeline_module.run_queries
 
         async def timed_run_queries(*args: Any, **kwargs: Any) -> dict:
             started, cpu = time.perf_counter(), time.process_time()
@@ -123,7 +123,7 @@ class Bench:
                 self._loop_wall = time.perf_counter() - started
                 self._loop_cpu = time.process_time() - cpu
 
-        run_module.run_queries = timed_run_queries
+        pipeline_module.run_queries = timed_run_queries
 
     def run(
         self,
@@ -251,13 +251,13 @@ def profile(bench: Bench, queries: int, top: int) -> None:
     # Buckets by cumulative time of a representative entry point, per query. Nested buckets
     # overlap (litellm.acompletion includes the scripted provider); they are for orientation.
     probes = {
-        "LLM.chat (all of agents/llm.py)": ("agents/llm.py", "chat"),
+        "LLM.chat (all of agents/llm/client.py)": ("agents/llm/client.py", "chat"),
         "  litellm.acompletion": ("litellm/main.py", "acompletion"),
         "  litellm.completion_cost": ("litellm/cost_calculator.py", "completion_cost"),
-        "search_step (retrieval)": ("agents/context.py", "search_step"),
+        "search_step (retrieval)": ("agents/graphs/context.py", "search_step"),
         "runner: os.fsync": ("~", "<built-in method posix.fsync>"),
         "runner: json.dumps": ("json/__init__.py", "dumps"),
-        "truncate/format/render prompts": ("agents/search_loop.py", "format_docs"),
+        "truncate/format/render prompts": ("agents/graphs/search_loop.py", "format_docs"),
     }
     entries = stats.stats  # type: ignore[attr-defined]
     for label, (file_end, func) in probes.items():

@@ -1,8 +1,10 @@
-"""argparse types for numeric flags: each refuses a value it cannot use in one line.
+"""Checked numbers: one rule per kind of setting, for flags and configs alike.
 
-``--limit 0``, ``--depth -1``, ``--b 2`` or ``--temperature nan`` would otherwise be accepted
-and give empty or wrong results with exit 0; argparse turns the ArgumentTypeError into
-"argument --flag: <message>" before anything is loaded.
+Each checker takes a value or its text (``positive_int(3)``, ``positive_int("3")``) and
+returns the number, or raises `CheckError` saying what it must be. argparse uses them as
+flag types ("argument --limit: must be a positive integer, got '0'"), and the run
+configuration applies the same ones to values set from Python or a sweep file, so
+``--limit 0``, ``depth = -1`` or ``temperature = nan`` are refused before anything runs.
 """
 
 from __future__ import annotations
@@ -12,32 +14,43 @@ import math
 from collections.abc import Callable
 
 
-def _number(kind: type, text: str) -> float | int:
-    try:
-        value = kind(text)
-    except ValueError:
-        noun = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+class CheckError(argparse.ArgumentTypeError, ValueError):
+    """A value a setting cannot take; argparse prints its message after the flag."""
+
+
+def _number(kind: type, value: object) -> float | int:
+    given = value
+    noun = "an integer" if kind is int else "a number"
+    if isinstance(value, bool):
+        raise CheckError(f"expected {noun}, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = kind(value)
+        except ValueError:
+            raise CheckError(f"expected {noun}, got {value!r}") from None
+    elif kind is int and not (isinstance(value, int) or float(value).is_integer()):  # type: ignore[arg-type]
+        raise CheckError(f"expected {noun}, got {value!r}")
+    elif not isinstance(value, int | float):
+        raise CheckError(f"expected {noun}, got {value!r}")
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
-    return value
+        raise CheckError(f"expected a finite number, got {given!r}")
+    return kind(value)
 
 
 def _bounded(kind: type, low: float | None, high: float | None, strict_low: bool, what: str):
-    def parse(text: str) -> float | int:
-        value = _number(kind, text)
-        if low is not None and (value <= low if strict_low else value < low):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-        if high is not None and value > high:
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-        return value
+    def check(value: object) -> float | int:
+        number = _number(kind, value)
+        too_low = low is not None and (number <= low if strict_low else number < low)
+        if too_low or (high is not None and number > high):
+            raise CheckError(f"must be {what}, got {value!r}")
+        return number
 
-    parse.__name__ = what.replace(" ", "_")
-    return parse
+    check.__name__ = what.replace(" ", "_")
+    return check
 
 
-positive_int: Callable[[str], int] = _bounded(int, 0, None, True, "a positive integer")
-non_negative_int: Callable[[str], int] = _bounded(int, 0, None, False, "an integer >= 0")
-positive_float: Callable[[str], float] = _bounded(float, 0, None, True, "a number > 0")
-non_negative_float: Callable[[str], float] = _bounded(float, 0, None, False, "a number >= 0")
-unit_float: Callable[[str], float] = _bounded(float, 0, 1, False, "a number in [0, 1]")
+positive_int: Callable[[object], int] = _bounded(int, 0, None, True, "a positive integer")
+non_negative_int: Callable[[object], int] = _bounded(int, 0, None, False, "an integer >= 0")
+positive_float: Callable[[object], float] = _bounded(float, 0, None, True, "a number > 0")
+non_negative_float: Callable[[object], float] = _bounded(float, 0, None, False, "a number >= 0")
+unit_float: Callable[[object], float] = _bounded(float, 0, 1, False, "a number in [0, 1]")

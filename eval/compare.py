@@ -15,18 +15,19 @@ Decisions worth knowing:
   answered; whatever is dropped is listed in the notes. A query a run failed counts 0.
 * Overall significance pools the per-query scores of every task (task-prefixed query ids),
   so a task with many queries weighs more there than in Avg, which is a mean of task means.
-* Cost is summed from the per-query usage records; a run's cost is exact only when every
-  query was priced, otherwise the known part is shown as a lower bound (see ``Cost``).
+* A task whose ranking went through rerank stages is scored on its final stage (see
+  ``eval.runs``); its usage is the sum over every stage up to that one.
+* Usage is summed from the per-query records by ``Usage.add``, the runner's own rule, so a
+  run's cost is unknown as soon as one call was unpriced; the priced part is then shown as a
+  lower bound (see ``Cost``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import io
 import json
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,17 +35,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from agents.records import read_records
 from eval.argtypes import non_negative_int
-from eval.evaluate import evaluate, metric_names
+from eval.evaluate import evaluate
 from eval.files import FolderError, writable_folder, write_text
+from eval.metrics import parse_metric
 from eval.report import leaderboard_markdown, order_tasks
+from eval.runs import (
+    TASK_METRICS_FILE,
+    read_config,
+    read_per_query,
+    read_records,
+    read_task_summary,
+    records_path,
+    run_label,
+    run_trec_path,
+    stage_chain,
+    task_dirs,
+)
 from eval.significance import TESTS, Test, paired_p_value
 from eval.trec import read_run
+from eval.usage import Usage
 
 DEFAULT_METRIC = "NDCG@10"
 TOP_MOVERS = 5
-_METRIC_RE = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
+_RECORD_FIELDS = ("query", "usage", "error")
 
 
 class CompareError(ValueError):
@@ -53,12 +67,15 @@ class CompareError(ValueError):
 
 @dataclass(frozen=True)
 class TaskFiles:
-    """What one task folder of a run holds, read once."""
+    """What one task folder of a run holds, read once; scores are its final stage's."""
 
     per_query: dict[str, dict[str, float]]  # per_query.jsonl ({} if absent)
-    summary: dict[str, Any]  # metrics.json ({} if absent)
-    records: dict[str, dict[str, Any]]  # queries.jsonl, last record per query, without steps
+    summary: dict[str, Any]  # the task's metrics.json ({} if absent or damaged)
+    # queries.jsonl without steps: per query, the record of the latest stage that has one
+    records: dict[str, dict[str, Any]]
+    usage: dict[str, Usage]  # per query, summed over every stage up to the final one
     run_trec: Path
+    summary_damaged: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,9 +120,11 @@ class Mover:
 class Cost:
     """LLM usage of a run over the compared tasks, summed from its per-query records.
 
-    ``cost`` sums the queries that could be priced; it is the run's cost only when
-    ``priced == queries``. Cached calls cost 0 (nothing was paid this time) but keep their
-    tokens. ``wall_s`` is the time of each task's last (resumed) execution, from metrics.json.
+    ``total_cost`` is the run's cost by ``Usage.add``: None (unknown) as soon as one call
+    could not be priced. ``cost`` sums the queries that could be, ``priced`` of them: equal
+    to ``total_cost`` when every query was, else a lower bound. Cached calls cost 0 (nothing
+    was paid this time) but keep their tokens. ``wall_s`` is the time of each task's last
+    (resumed) execution, from metrics.json.
     """
 
     queries: int
@@ -118,6 +137,7 @@ class Cost:
     llm_s: float
     wall_s: float
     failed: int
+    total_cost: float | None = 0.0
 
     @property
     def tokens(self) -> int:
@@ -125,7 +145,7 @@ class Cost:
 
     @property
     def cost_known(self) -> bool:
-        return self.priced == self.queries
+        return self.total_cost is not None
 
     def cost_text(self) -> str:
         if self.calls == 0 or (self.cost_known and self.cost == 0):
@@ -157,49 +177,36 @@ class Comparison:
         return sum(values) / len(values) if values else 0.0
 
 
-def prompt_version(prompts: Mapping[str, str]) -> str:
-    """A short hash naming the exact prompt texts of a run ("-" when it uses none)."""
-    if not prompts:
-        return "-"
-    return hashlib.sha256(json.dumps(dict(prompts), sort_keys=True).encode()).hexdigest()[:7]
-
-
-def run_label(config: Mapping[str, Any]) -> str:
-    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e".
-
-    Runs without an LLM have no model or prompt part ("none lucene").
-    """
-    retriever = config.get("retriever", "?")
-    if retriever == "bm25":
-        retriever = config.get("bm25_method") or retriever
-    parts = [str(config.get("agent", "?")), str(retriever)]
-    if config.get("model"):
-        parts.append(str(config["model"]).split("/")[-1])
-    if config.get("prompts"):
-        parts.append(f"p:{prompt_version(config['prompts'])}")
-    return " ".join(parts)
-
-
 def load_run(path: Path | str) -> RunData:
     """Read a run folder written by ``agents.run``: its config and every scored task."""
     path = Path(path)
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise CompareError(f"{path}: not a run folder (no config.json)")
-    config = json.loads(config_file.read_text())
+    try:
+        config = read_config(path)
+    except FileNotFoundError:
+        raise CompareError(f"{path}: not a run folder (no config.json)") from None
+    except ValueError as e:
+        raise CompareError(str(e)) from None
     tasks = {}
-    for folder in sorted(p for p in path.iterdir() if p.is_dir()):
-        per_query_file = folder / "per_query.jsonl"
-        run_trec = folder / "run.trec"
-        if not per_query_file.is_file() and not run_trec.is_file():
-            continue  # not a task folder, or a task that never finished a pass
-        summary_file = folder / "metrics.json"
-        tasks[folder.name] = TaskFiles(
-            per_query=_read_per_query(per_query_file),
-            summary=json.loads(summary_file.read_text()) if summary_file.is_file() else {},
-            records=read_records(folder / "queries.jsonl", ("query", "usage", "seconds", "error")),
-            run_trec=run_trec,
-        )
+    try:
+        for folder in task_dirs(path):
+            chain = stage_chain(folder)
+            final = chain[-1]
+            per_query = read_per_query(final)
+            run_trec = run_trec_path(final)
+            if not per_query and not run_trec.is_file():
+                continue  # a task that never finished a pass
+            summary = read_task_summary(folder)
+            records, usage = _stage_records(chain)
+            tasks[folder.name] = TaskFiles(
+                per_query=per_query,
+                summary=summary or {},
+                records=records,
+                usage=usage,
+                run_trec=run_trec,
+                summary_damaged=summary is None and (folder / TASK_METRICS_FILE).exists(),
+            )
+    except ValueError as e:
+        raise CompareError(str(e)) from None
     return RunData(path=path, label=run_label(config), config=config, tasks=tasks)
 
 
@@ -217,7 +224,10 @@ def compare_runs(
     Qrels are loaded (from ``qrels_from``, else each run's configured dataset) only when a
     task's ``per_query.jsonl`` lacks ``metric`` or ``qrels_from`` is given.
     """
-    _check_metric(metric)
+    try:
+        parse_metric(metric)
+    except ValueError as e:
+        raise CompareError(str(e)) from None
     if test not in TESTS:
         raise CompareError(f"unknown test {test!r}; use one of {', '.join(TESTS)}")
     paths = [Path(p) for p in paths]
@@ -301,11 +311,16 @@ def compare_runs(
 # ---- reading ------------------------------------------------------------------------------
 
 
-def _read_per_query(path: Path) -> dict[str, dict[str, float]]:
-    if not path.is_file():
-        return {}
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {str(r.pop("query_id")): r for r in rows}
+def _stage_records(chain: Sequence[Path]) -> tuple[dict[str, dict], dict[str, Usage]]:
+    """Per query: the record of the latest stage holding one, and usage summed over all."""
+    records: dict[str, dict[str, Any]] = {}
+    usage: dict[str, Usage] = {}
+    for stage in chain:
+        for qid, record in read_records(records_path(stage), _RECORD_FIELDS).items():
+            text = record.get("query") or records.get(qid, {}).get("query")
+            records[qid] = {**record, "query": text}  # a later stage may not repeat the text
+            usage.setdefault(qid, Usage()).add(Usage.from_dict(record.get("usage")))
+    return records, usage
 
 
 def _labelled(runs: list[RunData]) -> dict[str, RunData]:
@@ -365,8 +380,9 @@ def _task_scores(run: RunData, task: str, metric: str, qrels: _Qrels) -> dict[st
     all_qrels = qrels.get(run, task)
     asked = set(files.per_query) | set(files.records)
     task_qrels = {q: d for q, d in all_qrels.items() if q in asked}
-    k = int(metric.split("@")[1]) if "@" in metric else 10
-    evaluation = evaluate(task_qrels, read_run(files.run_trec), k_values=[k], missing="zero")
+    _, k = parse_metric(metric)
+    ranked = read_run(files.run_trec)
+    evaluation = evaluate(task_qrels, ranked, k_values=[k or 10], missing="zero")
     return {q: v[metric] for q, v in evaluation.per_query.items()}
 
 
@@ -376,9 +392,11 @@ def _check_against_summary(
     """Say when a table cell is not the run's own metrics.json mean, and why."""
     summary = run.tasks[task].summary
     notes = []
+    if run.tasks[task].summary_damaged:
+        notes.append(f"{label}: {task}: its metrics.json is damaged; the table is not checked")
     if summary.get("failed"):
         notes.append(f"{label}: {task}: {summary['failed']} queries failed (scored 0)")
-    expected = summary.get("metrics", {}).get(metric)
+    expected = summary.get("metrics", {}).get(metric)  # the final stage's
     if expected is None or len(values) != len(run.tasks[task].per_query):
         return notes
     mean = round(sum(values.values()) / len(values), 5) if values else 0.0
@@ -388,12 +406,6 @@ def _check_against_summary(
             f"metrics.json says {expected:.5f}"
         )
     return notes
-
-
-def _check_metric(metric: str) -> None:
-    if not _METRIC_RE.fullmatch(metric):
-        known = ", ".join(metric_names((10, 100)))
-        raise CompareError(f"unknown metric {metric!r}; metrics look like {known}")
 
 
 # ---- deltas, movers, cost ------------------------------------------------------------------
@@ -440,25 +452,33 @@ def _movers(
 
 
 def _cost(run: RunData, tasks: Sequence[str]) -> Cost:
-    totals = dict.fromkeys(
-        ("queries", "calls", "cached_calls", "prompt_tokens", "completion_tokens", "priced"), 0
-    )
-    cost = llm_s = wall_s = 0.0
-    failed = 0
+    total = Usage()
+    priced = Usage()  # the queries whose every call was priced
+    queries = n_priced = failed = 0
+    wall_s = 0.0
     for task in tasks:
         files = run.tasks[task]
-        for record in files.records.values():
-            usage = record.get("usage") or {}
-            totals["queries"] += 1
-            for key in ("calls", "cached_calls", "prompt_tokens", "completion_tokens"):
-                totals[key] += int(usage.get(key) or 0)
-            if usage.get("cost") is not None:
-                totals["priced"] += 1
-                cost += float(usage["cost"])
-            llm_s += float(usage.get("latency_s") or 0.0)
+        for usage in files.usage.values():
+            queries += 1
+            total.add(usage)
+            if usage.cost is not None:
+                n_priced += 1
+                priced.add(usage)
         wall_s += float(files.summary.get("seconds") or 0.0)
         failed += int(files.summary.get("failed") or 0)
-    return Cost(**totals, cost=cost, llm_s=llm_s, wall_s=wall_s, failed=failed)
+    return Cost(
+        queries=queries,
+        calls=total.calls,
+        cached_calls=total.cached_calls,
+        prompt_tokens=total.prompt_tokens,
+        completion_tokens=total.completion_tokens,
+        cost=priced.cost or 0.0,  # never None: only priced queries were added
+        priced=n_priced,
+        llm_s=total.latency_s,
+        wall_s=wall_s,
+        failed=failed,
+        total_cost=total.cost,
+    )
 
 
 # ---- output --------------------------------------------------------------------------------

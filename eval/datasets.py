@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from retrievers.fingerprint import corpus_fingerprint
+from eval.fingerprint import corpus_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ TASK_KINDS: tuple[str, ...] = ("post", "exam", "case", "similar-case")
 
 def task_kind(name: str) -> str:
     """The query style of a task by name; tasks outside R2MED (e.g. SciFact) count as posts."""
-    canonical = _r2med_name(name)
+    canonical = r2med_task_name(name)
     return R2MED_KINDS[canonical] if canonical else "post"
 
 
@@ -517,8 +517,9 @@ def load_folder(path: Path | str, name: str | None = None) -> Task:
 # --- R2MED from the hub ------------------------------------------------------------------------
 
 
-def _r2med_name(spec: str) -> str | None:
-    """Canonical R2MED task name for a case-insensitive spec (``R2MED/`` prefix allowed)."""
+def r2med_task_name(spec: str) -> str | None:
+    """R2MED's spelling of a task name given in any case (``R2MED/`` prefix allowed), or None
+    for a name outside R2MED. The one rule every part (loader, prompts, instructions) uses."""
     key = spec.strip().lower().removeprefix("r2med/")
     return next((t for t in R2MED_TASKS if t.lower() == key), None)
 
@@ -532,7 +533,7 @@ def _unknown_task(spec: str) -> DataError:
 
 def fetch_r2med(task: str, cache_dir: Path) -> Path:
     """Download (or find in the cache) one R2MED task at its pinned revision; return its folder."""
-    canonical = _r2med_name(task)
+    canonical = r2med_task_name(task)
     if canonical is None:
         raise _unknown_task(task)
     # Imported here so that loading local folders never pays for huggingface_hub's import.
@@ -567,7 +568,7 @@ def load_task(spec: str, cache_dir: Path) -> Task:
         return load_folder(path)
     if spec.strip().lower() == "demo":
         return load_folder(DEMO_DIR, name="demo")
-    canonical = _r2med_name(spec)
+    canonical = r2med_task_name(spec)
     if canonical is None:
         if path.exists():
             raise DataError(f"{path}: not a folder; {_EXPECTED_LAYOUTS}")

@@ -33,24 +33,26 @@ import numpy as np
 import pytrec_eval
 
 from eval.datasets import GRADE_MAX, GRADE_MIN
+from eval.metrics import CUT_FAMILIES, DEFAULT_K_VALUES, metric_names
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
 MissingPolicy = Literal["zero", "present"]
 TieOrder = Literal["trec", "ascending"]
 
-DEFAULT_K_VALUES: tuple[int, ...] = (1, 10, 25, 50, 100)
 MISSING_POLICIES: tuple[str, ...] = ("zero", "present")
 TIE_ORDERS: tuple[str, ...] = ("trec", "ascending")
 ROUND_DIGITS = 5
 
-# Metric family -> (pytrec_eval measure, pytrec_eval per-query key prefix).
-_CUT_MEASURES: dict[str, tuple[str, str]] = {
+# Metric family -> (pytrec_eval measure, pytrec_eval per-query key prefix); in the order of
+# eval.metrics, which names what we produce (a family missing here fails at import).
+_PYTREC_MEASURES: dict[str, tuple[str, str]] = {
     "NDCG": ("ndcg_cut", "ndcg_cut_"),
     "MAP": ("map_cut", "map_cut_"),
     "Recall": ("recall", "recall_"),
     "P": ("P", "P_"),
 }
+_CUT_MEASURES = {family: _PYTREC_MEASURES[family] for family in CUT_FAMILIES}
 
 
 def strictly_decreasing(run: Mapping[str, Mapping[str, float]], ties: TieOrder = "trec") -> Run:
@@ -148,13 +150,6 @@ def pad_run(run: Mapping[str, Mapping[str, float]], doc_ids: Sequence[str], dept
                 padded.setdefault(doc_id, pad)
         out[qid] = padded
     return out
-
-
-def metric_names(k_values: Iterable[int] = DEFAULT_K_VALUES) -> list[str]:
-    """Metric names ``evaluate`` produces for ``k_values``, in reporting order."""
-    ks = sorted(set(k_values))
-    names = [f"{family}@{k}" for family in _CUT_MEASURES for k in ks]
-    return names + [f"MRR@{k}" for k in ks] + ["MRR"]
 
 
 @dataclass(frozen=True)

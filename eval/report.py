@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 
 from eval.evaluate import Evaluation
 from eval.files import write_json, write_text
+from eval.metrics import parse_metric
+from eval.runs import per_query_text
 
 PathLike = str | os.PathLike[str]
 
@@ -73,17 +73,14 @@ def leaderboard_markdown(
     return "\n".join(lines) + "\n"
 
 
+_R2MED_FAMILY = {"NDCG": "ndcg", "MAP": "map", "Recall": "recall", "P": "precision", "MRR": "mrr"}
+
+
 def r2med_metric_key(metric: str) -> str:
     """Our metric name as R2MED's results JSON spells it: "NDCG@10" -> "ndcg_at_10"."""
-    if metric == "MRR":
-        return "mrr"
-    match = re.fullmatch(r"(NDCG|MAP|Recall|P|MRR)@(\d+)", metric)
-    if not match:
-        raise ValueError(f"unknown metric {metric!r}")
-    family = {"NDCG": "ndcg", "MAP": "map", "Recall": "recall", "P": "precision", "MRR": "mrr"}[
-        match.group(1)
-    ]
-    return f"{family}_at_{match.group(2)}"
+    family, k = parse_metric(metric)
+    name = _R2MED_FAMILY[family]
+    return name if k is None else f"{name}_at_{k}"
 
 
 def results_json(
@@ -124,8 +121,8 @@ def write_per_query(evaluation: Evaluation, path: PathLike) -> None:
     metrics = evaluation.metrics or sorted({m for v in evaluation.per_query.values() for m in v})
     out = io.StringIO()
     if str(path).endswith(".jsonl"):
-        for qid, values in evaluation.per_query.items():
-            out.write(json.dumps({"query_id": qid, **{m: values[m] for m in metrics}}) + "\n")
+        rows = {q: {m: values[m] for m in metrics} for q, values in evaluation.per_query.items()}
+        out.write(per_query_text(rows))
     else:
         writer = csv.writer(out, delimiter="\t", lineterminator="\n")
         writer.writerow(["query_id", *metrics])

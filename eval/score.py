@@ -13,32 +13,15 @@ malformed input ends with one line ``error: ...`` naming the file, and exit stat
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from collections.abc import Sequence
 
 from eval.datasets import DataError, read_qrels
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
+from eval.metrics import k_values_of, parse_metrics
 from eval.trec import TrecFormatError, read_run
 
 DEFAULT_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
-_METRIC = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
-
-
-def parse_metrics(text: str) -> list[str]:
-    """``"NDCG@10,MRR"`` -> ``["NDCG@10", "MRR"]``; unknown names and k < 1 raise ValueError."""
-    metrics = [m.strip() for m in text.split(",") if m.strip()]
-    if not metrics:
-        raise ValueError(f"no metrics in {text!r}")
-    for m in metrics:
-        match = _METRIC.fullmatch(m)
-        if not match:
-            raise ValueError(
-                f"unknown metric {m!r}: use NDCG@k, MAP@k, Recall@k, P@k, MRR@k or MRR"
-            )
-        if match.group(2) is not None and int(match.group(2)) < 1:
-            raise ValueError(f"metric {m!r}: k must be at least 1")
-    return metrics
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: --metrics: {e}", file=sys.stderr)
         return 2
-    k_values = sorted({int(m.split("@")[1]) for m in metrics if "@" in m} or {10})
+    k_values = k_values_of(metrics)
 
     try:
         qrels, notes = read_qrels(args.qrels)

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from scipy import stats
 
 Test = Literal["fisher", "student"]
 TESTS: tuple[str, ...] = ("fisher", "student")
@@ -50,6 +49,8 @@ def paired_p_value(
         raise ValueError(f"test must be one of {TESTS}, got {test!r}")
     if len(a) == 0 or np.array_equal(a, b):
         return 1.0
+    from scipy import stats  # 0.6 s to import: only a comparison that tests pays for it
+
     if test == "student":
         return float(stats.ttest_rel(b, a, alternative="two-sided").pvalue)
     result = stats.permutation_test(

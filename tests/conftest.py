@@ -14,9 +14,9 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 @pytest.fixture(autouse=True)
 def no_retry_waits(monkeypatch):
     """Retries keep their count and order in tests, but never sleep."""
-    import agents.llm
+    import agents.llm.client
 
-    monkeypatch.setattr(agents.llm, "RETRY_MAX_WAIT_S", 0.0)
+    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0.0)
 
 
 @pytest.fixture(scope="session")

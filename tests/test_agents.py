@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import scripted
+from agents.llm import scripted
 from agents.run import main
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."

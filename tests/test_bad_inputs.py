@@ -13,10 +13,10 @@ from pathlib import Path
 import diskcache
 import pytest
 
-from agents import scripted
+from agents.graphs.search_o1 import BEGIN_QUERY
+from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
-from agents.search_o1 import BEGIN_QUERY
 
 PASSAGE = "Statins inhibit HMG-CoA reductase."
 

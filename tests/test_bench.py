@@ -37,6 +37,12 @@ EXPECTED: dict[str, list[str]] = {
         rf"^(  ours bm25q vs bm25s numba +{RATIOS}|skipped bm25s numba: numba not installed)",
         rf"^  >= 100x faster than rank_bm25: {NUM}x",
     ],
+    "startup_bench.py": [
+        rf"^  reference: a process importing litellm \+ langgraph +{NUM} s",
+        rf"^  agents\.run --help +{NUM} s +{NUM}x faster",
+        rf"^  agents\.run --agent none \(demo, resumed\) +{NUM} s +{NUM}x faster",
+        rf"^  agents\.trace \(a query of that run\) +{NUM} s +{NUM}x faster",
+    ],
     "embed_bench.py": [
         rf"^fp32: {NUM} docs/s",
         rf"^bf16/fp32 speed ratio: {NUM}",

@@ -208,3 +208,88 @@ def test_runs_on_fewer_queries_or_other_tasks_are_compared_on_the_intersection(
     with pytest.raises(CompareError, match="share no task"):
         compare_runs([runs["bm25q"], tmp_path / "lone"])
     assert load_run(runs["bm25q"]).label == "none bm25q"
+
+
+def test_cost_with_one_unpriced_call_is_unknown_as_usage_add_says(runs, tmp_path):
+    from eval.usage import Usage
+
+    run = tmp_path / "one-unpriced"
+    shutil.copytree(runs["bm25q"], run)
+    path = run / TASK / "queries.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for i, r in enumerate(records):
+        r["usage"] = {"calls": 1, "cached_calls": 0, "prompt_tokens": 10, "completion_tokens": 2,
+                      "cost": None if i == 7 else 0.002, "latency_s": 0.1}  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    by_rule = Usage.total(Usage.from_dict(r["usage"]) for r in records)
+    assert by_rule.cost is None
+
+    cost = compare_runs([run]).costs["none bm25q"]
+    assert cost.total_cost is by_rule.cost is None and not cost.cost_known
+    assert (cost.calls, cost.prompt_tokens, cost.llm_s) == (
+        by_rule.calls, by_rule.prompt_tokens, pytest.approx(by_rule.latency_s)
+    )  # fmt: skip
+    assert cost.cost == pytest.approx(0.002 * 299) and cost.priced == 299
+    assert cost.cost_text() == ">= $0.5980 (299/300 queries priced)"
+
+    records[7]["usage"]["cost"] = 0.002  # every call priced: known, and the same sum
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    cost = compare_runs([run]).costs["none bm25q"]
+    assert cost.cost_known and cost.total_cost == pytest.approx(0.002 * 300) == cost.cost
+
+
+def test_a_task_is_compared_on_its_final_stage_and_costs_every_stage(runs, tmp_path):
+    """A rerank stage in <task>/rerank-1-<kind>/, named final in metrics.json, is what counts."""
+    staged = tmp_path / "staged"
+    shutil.copytree(runs["bm25q"], staged)
+    task = staged / TASK
+    stage = task / "rerank-1-reverse"
+    stage.mkdir()
+    for name in ("run.trec", "per_query.jsonl"):
+        shutil.copy(runs["degraded"] / TASK / name, stage / name)
+    records = [json.loads(line) for line in (task / "queries.jsonl").read_text().splitlines()]
+    with open(stage / "queries.jsonl", "w") as f:
+        for r in records:
+            usage = {"calls": 1, "prompt_tokens": 5, "completion_tokens": 1, "cost": 0.01}
+            f.write(json.dumps({"query_id": r["query_id"], "usage": usage, "error": None}) + "\n")
+    summary = json.loads((task / "metrics.json").read_text())
+    agent_metrics = summary["metrics"]
+    final = _metrics_json(runs["degraded"])
+    summary.update(
+        metrics=final, stages={"agent": agent_metrics, stage.name: final}, final_stage=stage.name
+    )
+    (task / "metrics.json").write_text(json.dumps(summary))
+
+    c = compare_runs([runs["bm25q"], staged])
+    label = _by_folder(c, "staged")
+    assert c.means[label][TASK] == final["NDCG@10"] < agent_metrics["NDCG@10"]
+    assert not [n for n in c.notes if "MISMATCH" in n]
+    assert c.scores[label][TASK] == _per_query(runs["degraded"])
+    _, down = c.movers[label]
+    assert down[0].text  # the query text, from the agent's records: the stage's lack it
+    cost = c.costs[label]  # the agent made no call (cost 0), the stage one per query
+    assert (cost.queries, cost.calls, cost.prompt_tokens) == (300, 300, 1500)
+    assert cost.cost_known and cost.total_cost == pytest.approx(3.0)
+
+    summary["final_stage"] = "agent"  # the stage left beside it no longer counts
+    (task / "metrics.json").write_text(json.dumps({**summary, "metrics": agent_metrics}))
+    c = compare_runs([runs["bm25q"], staged])
+    assert c.scores[_by_folder(c, "staged")][TASK] == _per_query(runs["bm25q"])
+
+
+def test_damaged_files_are_named_or_noted(runs, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(runs["bm25q"], damaged)
+    summary = damaged / TASK / "metrics.json"
+    summary.write_bytes(summary.read_bytes()[:40])  # derived: noted, the scores still count
+    c = compare_runs([runs["bm25q"], damaged])
+    assert any("metrics.json is damaged" in n for n in c.notes)
+    assert c.means[_by_folder(c, "damaged")][TASK] == _metrics_json(runs["bm25q"])["NDCG@10"]
+
+    with open(damaged / TASK / "per_query.jsonl", "a") as f:
+        f.write('{"query_id": "q"\n')  # the scores themselves: refused, naming file and line
+    with pytest.raises(CompareError, match=r"per_query.jsonl, line 301: not a per-query row"):
+        compare_runs([runs["bm25q"], damaged])
+    (damaged / "config.json").write_text("{")
+    with pytest.raises(CompareError, match=r"config.json: damaged, cannot be read"):
+        compare_runs([damaged])

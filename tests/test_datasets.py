@@ -20,7 +20,7 @@ from eval.datasets import (
     load_tasks,
     task_fingerprint,
 )
-from retrievers.fingerprint import corpus_fingerprint
+from eval.fingerprint import corpus_fingerprint
 
 # --- helpers -----------------------------------------------------------------------------------
 

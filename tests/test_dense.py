@@ -1,19 +1,24 @@
 import hashlib
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from eval.datasets import Task  # noqa: E402
 from retrievers import dense  # noqa: E402
+from retrievers.config import ApiEmbedConfig, DenseConfig, RetrieverConfig  # noqa: E402
 from retrievers.dense import (  # noqa: E402
     DenseIndex,
     build_dense,
     build_index,
     corpus_fingerprint,
     instructions_for,
+    resolve_device,
 )
+from retrievers.search import SearchRequest, build_retriever  # noqa: E402
 
 TINY = {
     "d1": "Aspirin irreversibly inhibits cyclooxygenase and platelet aggregation.",
@@ -186,6 +191,7 @@ class FakeEmbeddingAPI:
 
     def __init__(self, fail_first: int = 0):
         self.batches: list[list[str]] = []
+        self.kwargs: list[dict] = []  # the extra arguments of every answered call
         self.fail_first = fail_first
 
     def __call__(self, model, input, **kwargs):
@@ -195,6 +201,7 @@ class FakeEmbeddingAPI:
             self.fail_first -= 1
             raise litellm.RateLimitError("slow down", llm_provider="openai", model=model)
         self.batches.append(list(input))
+        self.kwargs.append(kwargs)
         vecs = fake_encoder([])(list(input))
         data = [{"embedding": v.tolist(), "index": i} for i, v in enumerate(vecs)]
         return litellm.EmbeddingResponse(model=model, data=data[::-1])
@@ -249,3 +256,173 @@ def test_tied_scores_at_the_cut_keep_corpus_order():
     for k in range(1, 9):
         expected = sorted(range(8), key=lambda i: -scores[i])[:k]  # stable: corpus order
         assert list(index._top_k(scores, k)) == [f"d{i}" for i in expected]
+
+
+def test_api_base_params_and_batch_size_reach_every_litellm_call(tmp_path, monkeypatch):
+    import litellm
+
+    api = FakeEmbeddingAPI()
+    monkeypatch.setattr(litellm, "embedding", api)
+    params = {"dimensions": 8, "input_type": "search_document"}
+    settings = ApiEmbedConfig(api_base="http://127.0.0.1:9/v1", batch_size=3, params=params)
+    config = RetrieverConfig("api:text-embedding-3-large", api=settings)
+    task = Task("Biology", TINY, {}, {}, tmp_path)
+    retriever = build_retriever(config, task, tmp_path, progress=False)
+    retriever.search(SearchRequest("aspirin"), k=2)
+    assert [len(b) for b in api.batches] == [3, 1, 1]  # corpus in batches of 3, then the query
+    assert api.kwargs == [{"api_base": "http://127.0.0.1:9/v1", **params}] * 3
+    # what changes the vectors is in the cache key; the URL itself is not written to disk
+    encoder = retriever.index.encoder_id
+    assert "dimensions=8" in encoder and "input_type=search_document" in encoder
+    assert "api_base=sha256:" in encoder
+    (meta,) = tmp_path.glob("dense/*/meta.json")
+    assert "127.0.0.1" not in meta.read_text()
+
+    def cached(api_settings: ApiEmbedConfig) -> bool:
+        api.batches.clear()
+        build_retriever(
+            RetrieverConfig(config.spec, api=api_settings), task, tmp_path, progress=False
+        )
+        return api.batches == []
+
+    timeout = {**params, "timeout": 30}
+    assert cached(ApiEmbedConfig("http://127.0.0.1:9/v1", batch_size=2, params=timeout))
+    assert not cached(ApiEmbedConfig("http://127.0.0.1:8/v1", params=params))
+    assert not cached(ApiEmbedConfig("http://127.0.0.1:9/v1", params={"dimensions": 8}))
+
+
+def test_api_cache_key_without_new_settings_is_unchanged():
+    from retrievers import api_embed
+
+    # caches written before api_base and params were settings are still found
+    assert api_embed.encoder_id("m", None, {}) == "api:m"
+    assert api_embed.encoder_id("m", None, {"dimensions": 1024}) == "api:m|dimensions=1024"
+
+
+# --- device, batch size, max length, instructions -------------------------------------------
+
+
+@pytest.fixture
+def st_loads(monkeypatch):
+    """Every SentenceTransformer made, with the device it was asked for, and every encode's
+    keyword arguments. The model is really loaded (on the CPU: there is no GPU here)."""
+    import sentence_transformers
+
+    real = sentence_transformers.SentenceTransformer
+    loads: list[tuple[str, object]] = []
+    encodes: list[dict] = []
+
+    class Recording(real):
+        def __init__(self, path, device=None, **kwargs):
+            loads.append((device, self))
+            super().__init__(path, device="cpu", **kwargs)
+
+    original_encode = real.encode
+
+    def encode(self, sentences, **kwargs):
+        encodes.append({"sentences": list(sentences), **kwargs})
+        return original_encode(self, sentences, **kwargs)
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", Recording)
+    monkeypatch.setattr(real, "encode", encode)
+    dense.load_sentence_transformer.cache_clear()  # a model loaded before would not be seen
+    yield loads, encodes
+    dense.load_sentence_transformer.cache_clear()  # no recording model outlives the test
+
+
+def test_device_auto_is_cuda_when_torch_sees_a_gpu_else_mps_else_cpu(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == "cuda"
+    assert resolve_device("cuda:1") == "cuda:1"
+    with pytest.raises(ValueError, match=r"dense\.device: 'cuda:2', but torch sees 2 CUDA"):
+        resolve_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(ValueError, match=r"dense\.device: 'cuda', but torch sees no CUDA GPU"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match=r"dense\.device: 'mps', but torch has no usable MPS"):
+        resolve_device("mps")
+    with pytest.raises(ValueError, match=r"dense\.device: must be one of auto, cpu"):
+        resolve_device("gpu")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == "mps"
+
+
+def test_resolved_device_batch_size_and_max_length_reach_the_model(tmp_path, st_loads):
+    loads, encodes = st_loads
+    settings = DenseConfig(device="cpu", batch_size=3, max_length=16)
+    retriever = build_retriever(
+        RetrieverConfig("dense", dense=settings), Task("t", TINY, {}, {}, tmp_path), tmp_path, False
+    )
+    ((device, model),) = loads
+    assert device == "cpu" and model.device.type == "cpu"
+    assert model.max_seq_length == 16 and "|max_length=16|" in retriever.index.encoder_id
+    assert encodes and all(e["batch_size"] == 3 for e in encodes)
+
+
+def test_auto_device_on_a_gpu_box_loads_on_cuda_and_reuses_the_cpu_cache(
+    tmp_path, st_loads, monkeypatch
+):
+    import torch
+
+    loads, _ = st_loads
+    task = Task("t", TINY, {}, {}, tmp_path)
+    on_cpu = build_retriever(
+        RetrieverConfig("dense", dense=DenseConfig(device="cpu")), task, tmp_path, False
+    )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+    def boom(*args, **kwargs):
+        raise AssertionError("encoded again")
+
+    monkeypatch.setattr(dense, "_encode_corpus", boom)
+    on_gpu = build_retriever(RetrieverConfig("dense+bm25"), task, tmp_path, False).members[0]
+    assert [device for device, _ in loads] == ["cpu", "cuda"]
+    # the device is not part of the corpus cache: the CPU's embeddings are reused as they are
+    assert on_gpu.index.encoder_id == on_cpu.index.encoder_id
+    np.testing.assert_array_equal(on_gpu.index.doc_embeddings, on_cpu.index.doc_embeddings)
+    # but dtype and max length are: each is a new cache entry
+    for other in (DenseConfig(device="cpu", dtype="fp32"), DenseConfig(device="cpu", max_length=8)):
+        with pytest.raises(AssertionError, match="encoded again"):
+            build_retriever(RetrieverConfig("dense", dense=other), task, tmp_path, False)
+
+
+def e5_named_copy(tmp_path):
+    """The bundled MiniLM under a name R2MED's table gives e5's instructions ("query: ",
+    "passage: "), so instruction handling is seen with a model that loads offline."""
+    bundled = Path(dense.resolve_model("all-MiniLM-L6-v2")[1])
+    copy = tmp_path / "e5-base-copy"
+    copy.mkdir()
+    for entry in bundled.iterdir():
+        (copy / entry.name).symlink_to(entry)
+    return str(copy)
+
+
+def test_instructions_none_encodes_bare_texts(tmp_path, st_loads):
+    _, encodes = st_loads
+    model = e5_named_copy(tmp_path)
+    task = Task("Biology", TINY, {}, {}, tmp_path)
+    sent: dict[str, list[str]] = {}
+    indexes = {}
+    for instructions in ("r2med", "none"):
+        encodes.clear()
+        config = RetrieverConfig(
+            f"dense:{model}", dense=DenseConfig(device="cpu", instructions=instructions)
+        )
+        indexes[instructions] = build_retriever(config, task, tmp_path, False).index
+        indexes[instructions].encode_requests(["aspirin?"], ["an expansion"])
+        sent[instructions] = [t for e in encodes for t in e["sentences"]]
+    assert indexes["r2med"].instructions.family == "e5"
+    assert sorted(sent["r2med"]) == sorted(
+        ["passage: " + t for t in TINY.values()] + ["query: aspirin?", "an expansion"]
+    )
+    assert indexes["none"].instructions == dense.NO_INSTRUCTIONS
+    assert sorted(sent["none"]) == sorted([*TINY.values(), "aspirin?", "an expansion"])
+    # the document instruction is part of the corpus cache: two entries
+    assert len(list(tmp_path.glob("dense/*/meta.json"))) == 2

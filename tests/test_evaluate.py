@@ -102,6 +102,20 @@ def test_matches_direct_pytrec_eval_on_tie_free_run():
     assert result.metrics == metric_names(ks)
 
 
+def test_every_metric_evaluate_produces_parses_back():
+    from eval.metrics import k_values_of, parse_metric
+    from eval.report import r2med_metric_key
+
+    names = evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, k_values=[3, 1]).metrics
+    assert names == metric_names([1, 3])
+    for name in names:
+        family, k = parse_metric(name)
+        assert name == (family if k is None else f"{family}@{k}")
+    assert k_values_of(names) == [1, 3] and k_values_of(["MRR"]) == [10]
+    keys = [r2med_metric_key(n) for n in ("NDCG@10", "P@10", "Recall@100", "MRR@10", "MRR")]
+    assert keys == ["ndcg_at_10", "precision_at_10", "recall_at_100", "mrr_at_10", "mrr"]
+
+
 def test_missing_zero_lowers_mean_by_the_right_amount():
     qrels = {**TOY_QRELS, "q3": {"d7": 1}, "q4": {"d8": 1}}
     run = {**TOY_RUN, "q4": {}}  # q3 absent, q4 answered with nothing

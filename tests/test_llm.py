@@ -26,9 +26,9 @@ from litellm import CustomLLM
 from litellm.types.utils import Choices, Message, ModelResponse
 from litellm.types.utils import Usage as LiteUsage
 
-import agents.llm as llm_module
-from agents.llm import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage, check_credentials
-from agents.llm_cache import LLMCache, cache_key
+import agents.llm.client as llm_module
+from agents.llm.cache import LLMCache, cache_key
+from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage, check_credentials
 from agents.runner import run_queries
 
 REPO = Path(__file__).resolve().parents[1]
@@ -276,7 +276,7 @@ def _entry_key(tmp_path: Path) -> tuple[diskcache.Cache, str]:
 def test_corrupted_entry_is_recomputed_and_overwritten(provider, tmp_path, caplog, garbage):
     store, key = _entry_key(tmp_path)
     store.set(key, garbage)
-    with caplog.at_level(logging.WARNING, logger="agents.llm_cache"):
+    with caplog.at_level(logging.WARNING, logger="agents.llm.cache"):
         completion = run(LLM("scripted/m", cache_dir=tmp_path).chat(USER))
     assert not completion.cached and completion.text == "answer"
     assert "corrupted" in caplog.text
@@ -300,7 +300,7 @@ def test_values_are_stored_as_json(provider, tmp_path):
 
 
 def test_another_process_sees_the_same_cache(provider, tmp_path):
-    # The writer imports only agents.llm_cache (no litellm), which keeps it quick.
+    # The writer imports only agents.llm.cache (no litellm), which keeps it quick.
     key = cache_key(
         model="scripted/m", api_base=None, messages=USER, stop=None, params={}, sample=0
     )
@@ -313,7 +313,7 @@ def test_another_process_sees_the_same_cache(provider, tmp_path):
         "model": "scripted-model",
     }
     script = (
-        "import json, sys; from agents.llm_cache import LLMCache; "
+        "import json, sys; from agents.llm.cache import LLMCache; "
         "LLMCache(sys.argv[1]).set(sys.argv[2], json.loads(sys.argv[3]))"
     )
     llm = LLM("scripted/m", cache_dir=tmp_path)
@@ -336,9 +336,9 @@ def test_local_models_register_their_provider_once(provider, tmp_path, monkeypat
         others = [e for e in litellm.custom_provider_map if e["provider"] != "local"]
         litellm.custom_provider_map = [*others, {"provider": "local", "custom_handler": provider}]
 
-    fake = types.ModuleType("agents.local_llm")
+    fake = types.ModuleType("agents.llm.local")
     fake.register_local_provider = register_local_provider
-    monkeypatch.setitem(sys.modules, "agents.local_llm", fake)
+    monkeypatch.setitem(sys.modules, "agents.llm.local", fake)
     llm = LLM("local/tiny", cache_dir=tmp_path)
     first = run(llm.chat(USER))
     run(llm.chat([{"role": "user", "content": "second"}]))

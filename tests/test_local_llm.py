@@ -19,8 +19,8 @@ import shutil
 import litellm
 import pytest
 
-from agents import local_llm
-from agents.local_llm import (
+from agents.llm import local as local_llm
+from agents.llm.local import (
     LOCAL_MODELS,
     LocalModelError,
     model_file,

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
+import sys
 import types
 from pathlib import Path
 
-from agents import scripted
-from agents.context import AgentContext
-from agents.llm import LLM
+from agents.graphs.context import AgentContext
+from agents.llm import LLM, scripted
 from agents.registry import AgentSpec
 from agents.runner import run_queries
 from eval.datasets import load_task
-from retrievers.search import build_retriever
+from prompts import PromptBook
+from retrievers.search import RetrieverConfig, build_retriever
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -28,13 +30,15 @@ def code_block(first_line: str) -> str:
 
 def test_readme_keywords_agent_runs(tmp_path: Path, toy_dir: Path):
     module = types.ModuleType("keywords_example")
-    exec(code_block("# agents/keywords.py"), module.__dict__)
+    exec(code_block("# agents/graphs/keywords.py"), module.__dict__)
     prompt_file = tmp_path / "keywords.txt"
     prompt_file.write_text(code_block("# prompts/keywords/default.txt").rstrip("\n"))
     # the registry entry, evaluated as written
     entry = code_block("# agents/registry.py, in AGENTS:")
-    spec = eval("{" + entry + "}", {"AgentSpec": AgentSpec, "keywords": module})["keywords"]
+    spec = eval("{" + entry + "}", {"AgentSpec": AgentSpec})["keywords"]
     assert spec.prompts == ("keywords",)
+    assert spec.builder == "agents.graphs.keywords:build_graph"
+    sys.modules["agents.graphs.keywords"] = module  # where the entry says the module lives
 
     seen = []
 
@@ -44,12 +48,18 @@ def test_readme_keywords_agent_runs(tmp_path: Path, toy_dir: Path):
 
     scripted.install(respond)
     task = load_task(str(toy_dir), tmp_path)
-    bm25 = build_retriever("bm25", task, tmp_path, progress=False)
+    bm25 = build_retriever(RetrieverConfig("bm25"), task, tmp_path, progress=False)
+    prompts = PromptBook({"keywords": prompt_file}, task.name)
     ctx = AgentContext(
         retriever=bm25, first_stage=bm25, corpus=task.corpus, task=task.name,
-        llm=LLM(model="scripted/readme"), prompt_overrides={"keywords": prompt_file},
+        llm=LLM(model="scripted/readme"), prompts=prompts,
     )  # fmt: skip
-    graph = spec.build_graph(ctx)
+    try:
+        graph = spec.build_graph(ctx)
+    finally:
+        del sys.modules["agents.graphs.keywords"]
+    [recorded] = prompts.used.values()  # the run records the text the model is sent
+    assert recorded == hashlib.sha256(prompt_file.read_bytes()).hexdigest()
     records = asyncio.run(
         run_queries(graph, {"q3": task.queries["q3"]}, tmp_path / "q.jsonl", progress=False)
     )

@@ -23,8 +23,8 @@ from pathlib import Path
 import litellm
 import pytest
 
-import agents.llm
-from agents import scripted
+import agents.llm.client
+from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
 
@@ -37,8 +37,8 @@ import json, os, re, sys
 
 import litellm
 
-import agents.llm
-from agents import scripted
+import agents.llm.client
+from agents.llm import scripted
 from agents.run import main
 
 
@@ -65,7 +65,7 @@ def make_respond(spec):
 
 if __name__ == "__main__":
     spec = json.loads(open(sys.argv[1]).read())
-    agents.llm.RETRY_MAX_WAIT_S = 0
+    agents.llm.client.RETRY_MAX_WAIT_S = 0
     scripted.install(make_respond(spec), spec.get("latency", 0.0))
     sys.exit(main(sys.argv[2:]))
 '''
@@ -243,7 +243,7 @@ def flaky(respond, faults: Counter):
 
 
 def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
-    monkeypatch.setattr(agents.llm, "RETRY_MAX_WAIT_S", 0)
+    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0)
     ref = reference_run(driver, task, tmp_path)
     faults: Counter = Counter()
     scripted.install(flaky(driver.make_respond({"log": str(tmp_path / "calls.log")}), faults))
@@ -264,7 +264,7 @@ def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
 def test_permanent_faults_fail_their_queries_only_and_are_retried_alone(
     driver, task, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(agents.llm, "RETRY_MAX_WAIT_S", 0)
+    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0)
     log = tmp_path / "calls.log"
     broken = {
         "fail": {

@@ -48,12 +48,12 @@ def test_none_agent_writes_a_scored_run_folder(env, capsys):
 
 def test_rerun_skips_finished_tasks(env, monkeypatch):
     assert run(env) == 0
-    import agents.run as runner
+    import agents.pipeline as pipeline
 
     def boom(*a, **k):
         raise AssertionError("a finished task was retrieved again")
 
-    monkeypatch.setattr(runner, "build_retriever", boom)
+    monkeypatch.setattr(pipeline, "build_retriever", boom)
     assert run(env) == 0
 
 
@@ -63,7 +63,7 @@ def test_run_folder_of_another_config_is_refused(env, capsys):
     assert "differs in: bm25_method" in capsys.readouterr().err
     assert run(env, "--bm25-method", "lucene", "--overwrite") == 0
     config = json.loads((env["runs"] / "r" / "config.json").read_text())
-    assert config["bm25_method"] == "lucene"
+    assert config["retriever"]["bm25"]["method"] == "lucene"
 
 
 def test_bad_dataset_is_one_line_error(env, capsys):
@@ -142,13 +142,13 @@ def test_unknown_names_are_one_line_errors(env, capsys, flag, value, expected):
 
 
 def test_run_names_tell_non_default_agent_settings_apart():
-    from agents.run import RunConfig, run_name
+    from agents.config import LLMConfig, RunConfig
+    from agents.pipeline import default_run_name
 
-    base = dict(
-        agent="search-o1", dataset="demo", retriever="bm25", bm25_method="bm25q", k1=None,
-        b=None, depth=100, missing="zero", limit=None, model="local/qwen2.5-coder-0.5b",
-    )  # fmt: skip
-    default = run_name(RunConfig(**base, options={"final_ranking": "answer", "max_turns": 15}))
-    fuse = run_name(RunConfig(**base, options={"final_ranking": "fuse", "max_turns": 15}))
+    llm = LLMConfig(model="local/qwen2.5-coder-0.5b")
+    default = default_run_name(RunConfig(agent="search-o1", llm=llm))
+    fuse = default_run_name(
+        RunConfig(agent="search-o1", llm=llm, options={"final_ranking": "fuse"})
+    )
     assert default == "search-o1-bm25q-qwen2.5-coder-0.5b-demo"
     assert fuse == default + "-final_ranking=fuse"

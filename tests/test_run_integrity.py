@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from agents import scripted
+from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
 from tests.conftest import REPO
@@ -160,7 +160,7 @@ def test_overwrite_deletes_only_the_runs_own_folder(env):
     assert run(env, name="r") == 0
     assert run(env, "--depth", "50", "--overwrite", name="r") == 0
     assert (env["runs"] / "keep" / "toy" / "metrics.json").is_file()
-    assert json.loads((env["runs"] / "r" / "config.json").read_text())["depth"] == 50
+    assert json.loads((env["runs"] / "r" / "config.json").read_text())["eval"]["depth"] == 50
 
 
 def test_a_second_process_on_the_same_run_folder_is_refused(env, capsys):
@@ -175,7 +175,7 @@ def test_a_second_process_on_the_same_run_folder_is_refused(env, capsys):
 
 HELD_DRIVER = """
 import asyncio, os, sys
-from agents import scripted
+from agents.llm import scripted
 from agents.run import main
 
 class Held(scripted.ScriptedProvider):
@@ -230,24 +230,18 @@ def test_a_file_where_a_folder_should_be_is_one_line(env, capsys, tmp_path, flag
 def test_a_disk_that_fills_up_mid_run_keeps_the_records(env, capsys, monkeypatch):
     import errno
 
-    import agents.run as run_module
+    import eval.runs
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "metrics.json")
 
-    real = run_module.write_json
-
-    def write_json(path, value, **options):
-        if Path(path).name == "metrics.json":
-            full()
-        real(path, value, **options)
-
-    monkeypatch.setattr(run_module, "write_json", write_json)
+    real = eval.runs.write_task_summary
+    monkeypatch.setattr(eval.runs, "write_task_summary", full)
     assert run(env, agent="hyde") == 2
     message = one_line_error(capsys)
     assert "no space left on the device" in message and "metrics.json" in message
     assert len(read_records(env["runs"] / "r" / "toy" / "queries.jsonl")) == 3
-    monkeypatch.setattr(run_module, "write_json", real)
+    monkeypatch.setattr(eval.runs, "write_task_summary", real)
     calls = env["provider"].calls
     assert run(env, agent="hyde") == 0
     assert env["provider"].calls == calls  # nothing paid for was lost

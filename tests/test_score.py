@@ -75,6 +75,30 @@ def test_metric_with_k_below_one(tmp_path: Path, qrels: Path) -> None:
     assert parse_metrics("NDCG@1, MRR") == ["NDCG@1", "MRR"]
 
 
+@pytest.mark.parametrize("bad", ["ndcg@10", "NDCG@0", "NDCG@", "F1@10", "MRR@0", "MRR@10x", ""])
+def test_every_command_refuses_the_same_metric_names(tmp_path: Path, qrels: Path, capsys, bad):
+    """eval.score, eval.compare and R2MED's results keys parse names with eval.metrics."""
+    from eval.compare import main as compare_main
+    from eval.metrics import parse_metric
+    from eval.report import r2med_metric_key
+
+    with pytest.raises(ValueError) as info:
+        parse_metric(bad)
+    message = str(info.value)
+    assert message.startswith((f"unknown metric {bad!r}: use NDCG@k", f"metric {bad!r}: k must"))
+    with pytest.raises(ValueError) as info:
+        r2med_metric_key(bad)
+    assert str(info.value) == message
+
+    run = tmp_path / "run.trec"
+    run.write_text(RUN)
+    assert main(["--qrels", str(qrels), str(run), "--metrics", f"MRR,{bad}" if bad else ","]) == 2
+    expected = message if bad else "no metrics in ','"
+    assert capsys.readouterr().err == f"error: --metrics: {expected}\n"
+    assert compare_main([str(tmp_path), "--metric", bad, "--out", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
 def test_unreadable_inputs_name_the_path(tmp_path: Path, qrels: Path, capsys) -> None:
     run = tmp_path / "run.trec"
     run.write_text(RUN)

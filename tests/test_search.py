@@ -5,12 +5,14 @@ import pytest
 
 from eval.datasets import Task, load_folder
 from eval.evaluate import evaluate
-from retrievers.hybrid import HybridRetriever, rrf_fuse
+from retrievers.config import BM25Config, FusionConfig
+from retrievers.hybrid import FUSION_METHODS, HybridRetriever, fuse_runs, rrf_fuse
 from retrievers.search import (
     RETRIEVERS,
     BM25Retriever,
     DenseRetriever,
     Retriever,
+    RetrieverConfig,
     SearchRequest,
     build_retriever,
 )
@@ -39,7 +41,7 @@ class Fixed:
 
 
 def test_bm25_scores_sparse_text_when_given(tmp_path):
-    bm25 = build_retriever("bm25", tiny_task(), tmp_path, progress=False)
+    bm25 = build_retriever(RetrieverConfig("bm25"), tiny_task(), tmp_path, progress=False)
     assert isinstance(bm25, BM25Retriever) and isinstance(bm25, Retriever)
     by_query = bm25.search(SearchRequest("apple"))
     assert next(iter(by_query)) == "apple" and "banana" not in by_query
@@ -50,8 +52,15 @@ def test_bm25_scores_sparse_text_when_given(tmp_path):
 
 
 def test_bm25_options_reach_the_index(tmp_path):
-    okapi = build_retriever("bm25", tiny_task(), tmp_path, False, bm25_method="okapi", k1=1.2)
+    config = RetrieverConfig("bm25", bm25=BM25Config("okapi", k1=1.2, b=0.5))
+    okapi = build_retriever(config, tiny_task(), tmp_path, False)
     assert okapi.index.method == "okapi" and okapi.index.params["k1"] == 1.2
+    assert okapi.index.params["b"] == 0.5
+
+
+def test_build_retriever_takes_a_config_not_a_spec_string(tmp_path):
+    with pytest.raises(TypeError, match="takes a RetrieverConfig"):
+        build_retriever("bm25", tiny_task(), tmp_path, progress=False)
 
 
 def test_rrf_matches_a_hand_computation():
@@ -85,18 +94,75 @@ def test_hybrid_survives_a_member_with_no_results():
 
 
 def test_factory_builds_hybrids_and_rejects_unknown_specs(tmp_path):
-    hybrid = build_retriever("bm25+dense", tiny_task(), tmp_path, progress=False)
+    hybrid = build_retriever(RetrieverConfig("bm25+dense"), tiny_task(), tmp_path, progress=False)
     assert isinstance(hybrid, HybridRetriever) and hybrid.name == "bm25+dense"
     assert [type(m) for m in hybrid.members] == [BM25Retriever, DenseRetriever]
+    assert (hybrid.method, hybrid.rrf_k, hybrid.depth) == ("rrf", 60, 100)
     assert next(iter(hybrid.search(SearchRequest("apple trees"), k=2))) == "apple"
     for bad in ("bm26", "dense+colbert", "api", "bm25:okapi", ""):
-        with pytest.raises(ValueError, match="valid: bm25, dense"):
-            build_retriever(bad, tiny_task(), tmp_path, progress=False)
+        # refused when the config is made, before any index is built
+        with pytest.raises(ValueError, match=r"^retriever\.spec: .*valid: bm25, dense"):
+            RetrieverConfig(bad)
     assert set(RETRIEVERS) >= {"bm25", "dense"}
 
 
+# --- fusion methods ------------------------------------------------------------------------
+
+# One document each retriever ranks first alone, one both rank modestly.
+SOLO_A = {"q": {"a1": 10.0, "both": 4.0, "a0": 0.0}}
+SOLO_B = {"q": {"b1": 10.0, "both": 4.0, "b0": 0.0}}
+
+
+def test_combsum_and_combmnz_fuse_min_max_normalised_scores():
+    # min-max per list: a1 1, both 0.4, a0 0 | b1 1, both 0.4, b0 0
+    combsum = fuse_runs([SOLO_A, SOLO_B], k=10, method="combsum")["q"]
+    assert combsum == pytest.approx({"a1": 1.0, "b1": 1.0, "both": 0.8, "a0": 0.0, "b0": 0.0})
+    assert list(combsum)[:3] == ["a1", "b1", "both"]
+    # CombMNZ multiplies by the number of lists holding the document: agreement wins
+    combmnz = fuse_runs([SOLO_A, SOLO_B], k=10, method="combmnz")["q"]
+    assert combmnz == pytest.approx({"both": 1.6, "a1": 1.0, "b1": 1.0, "a0": 0.0, "b0": 0.0})
+    assert list(combmnz)[:3] == ["both", "a1", "b1"]
+    assert set(FUSION_METHODS) == {"rrf", "combsum", "combmnz"}
+    with pytest.raises(ValueError, match="unknown fusion method 'wsum'"):
+        fuse_runs([SOLO_A, SOLO_B], k=10, method="wsum")
+
+
+def test_rrf_k_changes_the_fused_order():
+    run_a = {"q": {"top": 3.0, "x": 2.0, "third": 1.0}}
+    run_b = {"q": {"y": 3.0, "z": 2.0, "third": 1.0}}
+    # k=0: top 1/1 beats third 1/3 + 1/3; k=60: third 2/63 beats top 1/61
+    assert list(fuse_runs([run_a, run_b], k=1, rrf_k=0)["q"]) == ["top"]
+    assert list(fuse_runs([run_a, run_b], k=1, rrf_k=60)["q"]) == ["third"]
+    assert fuse_runs([run_a, run_b], k=10, rrf_k=0) == rrf_fuse([run_a, run_b], k=10, rrf_k=0)
+
+
+def test_fusion_config_reaches_the_hybrid(tmp_path):
+    task = tiny_task()
+    requests = {"q1": SearchRequest("apple trees"), "q2": SearchRequest("banana fruit")}
+    members = [
+        build_retriever(RetrieverConfig(spec), task, tmp_path, progress=False).search_many(
+            requests, 100
+        )
+        for spec in ("bm25", "dense")
+    ]
+    for fusion in (FusionConfig("combmnz", depth=3), FusionConfig("rrf", k=0, depth=2)):
+        config = RetrieverConfig("bm25+dense", fusion=fusion)
+        hybrid = build_retriever(config, task, tmp_path, progress=False)
+        assert (hybrid.method, hybrid.rrf_k, hybrid.depth) == (
+            fusion.method,
+            fusion.k,
+            fusion.depth,
+        )
+        cut = [{q: dict(list(run[q].items())[: fusion.depth]) for q in run} for run in members]
+        expected = fuse_runs(cut, 2, fusion.method, fusion.k)
+        got = hybrid.search_many(requests, k=2)
+        for qid in requests:
+            assert list(got[qid]) == list(expected[qid])
+            assert got[qid] == pytest.approx(expected[qid])
+
+
 def test_dense_retriever_batches_requests_and_averages_expansions(tmp_path):
-    dense = build_retriever("dense", tiny_task(), tmp_path, progress=False)
+    dense = build_retriever(RetrieverConfig("dense"), tiny_task(), tmp_path, progress=False)
     requests = {
         "plain": SearchRequest("cherry blossoms"),
         "expanded": SearchRequest("which fruit?", expansion="bananas from plantations"),
@@ -128,6 +194,6 @@ def test_dense_on_a_scifact_subset_finds_the_relevant_abstracts(scifact_dir, tmp
         {q: task.qrels[q] for q in queries},
         scifact_dir,
     )
-    dense = build_retriever("dense", subset, tmp_path, progress=False)
+    dense = build_retriever(RetrieverConfig("dense"), subset, tmp_path, progress=False)
     run = dense.search_many({q: SearchRequest(t) for q, t in subset.queries.items()}, k=10)
     assert evaluate(subset.qrels, run, k_values=[10]).mean["NDCG@10"] > 0.6

@@ -12,12 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from agents import scripted
-from agents.context import AgentContext
-from agents.llm import LLM, Completion, Usage
-from agents.run import main
-from agents.search_loop import parse_call, strip_tags
-from agents.search_o1 import (
+from agents.config import typed_options
+from agents.graphs.context import AgentContext
+from agents.graphs.search_loop import parse_call, strip_tags
+from agents.graphs.search_o1 import (
     BEGIN_QUERY,
     BEGIN_RESULT,
     END_QUERY,
@@ -26,11 +24,14 @@ from agents.search_o1 import (
     SEARCH_LIMIT,
     truncate_reasoning,
 )
-from agents.search_o1 import build_graph as build_o1
-from agents.search_r1 import INVALID_ACTION, parse_action
-from agents.search_r1 import build_graph as build_r1
+from agents.graphs.search_o1 import build_graph as build_o1
+from agents.graphs.search_r1 import INVALID_ACTION, parse_action
+from agents.graphs.search_r1 import build_graph as build_r1
+from agents.llm import LLM, Completion, Usage, scripted
+from agents.registry import AGENTS
+from agents.run import main
 from eval.datasets import load_tasks
-from retrievers.search import build_retriever
+from retrievers.search import RetrieverConfig, build_retriever
 
 ASPIRIN = "How does aspirin act on platelets?"
 
@@ -304,7 +305,9 @@ class FakeLLM:
 
 def graph_run(toy: dict, build, llm, query: str = ASPIRIN, **options) -> dict:
     task = load_tasks(str(toy["data"]), toy["cache"])[0]
-    bm25 = build_retriever("bm25", task, toy["cache"], progress=False)
+    bm25 = build_retriever(RetrieverConfig("bm25"), task, toy["cache"], progress=False)
+    agent = "search-o1" if build is build_o1 else "search-r1"
+    options = typed_options(AGENTS[agent], options, "option")  # completed as a run does
     ctx = AgentContext(bm25, bm25, task.corpus, task.name, llm, options=options)
     state = {"query_id": "q", "query": query, "steps": [], "generated": {}}
     return asyncio.run(build(ctx).ainvoke(state))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import scripted
+from agents.llm import scripted
 from agents.run import main
 from agents.secrets import public_url, redact
 
@@ -58,7 +58,7 @@ def test_a_password_in_the_api_base_reaches_no_file(tmp_path: Path, toy_dir: Pat
     ]  # fmt: skip
     assert main(argv) == 0
     config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
-    assert config["api_base"] == "http://bob:***@127.0.0.1:9/v1?api_key=***"
+    assert config["llm"]["api_base"] == "http://bob:***@127.0.0.1:9/v1?api_key=***"
     out = capsys.readouterr()
     for secret in (URL_PASSWORD, URL_TOKEN):
         assert secret not in out.out + out.err

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.llm import NO_KEY_PLACEHOLDER
-from agents.records import read_records
+from agents.llm.client import NO_KEY_PLACEHOLDER
+from eval.runs import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "smollm2"  # the server's model alias: the client asks for openai/smollm2
@@ -58,7 +58,7 @@ def _answers(url: str) -> bool:
 
 def _serve(folder: Path, api_key: str | None):
     pytest.importorskip("llama_cpp.server.app", reason="llama_cpp.server needs its extras")
-    from agents.local_llm import model_file
+    from agents.llm.local import model_file
 
     port = _free_port()
     log = folder / "server.log"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import scripted
+from agents.llm import scripted
 from agents.sweep import cells, load_sweep, main
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
@@ -45,30 +45,31 @@ def test_sweep_runs_each_cell_once_resumes_and_compares(tmp_path, toy_dir, capsy
     grid, notes = cells(load_sweep(config))
     # query2doc uses no hyde prompt: its "shorter" cell is its "base" cell, run once
     assert [c.name for c in grid] == [
-        "hyde-bm25-x-base-toy",
-        "hyde-bm25-x-shorter-toy",
-        "query2doc-bm25-x-base-toy",
+        "hyde-bm25q-x-base-toy",
+        "hyde-bm25q-x-shorter-toy",
+        "query2doc-bm25q-x-base-toy",
     ]
     assert notes == [
-        "query2doc-bm25-x-shorter-toy is the same run as query2doc-bm25-x-base-toy; run once"
+        "query2doc-bm25q-x-shorter-toy is the same run as query2doc-bm25q-x-base-toy; run once"
     ]
-    assert ["--prompt", f"hyde={(tmp_path / 'my_hyde.txt').resolve()}"] == grid[1].argv[8:10]
+    assert grid[1].config.prompt_files == {"hyde": str((tmp_path / "my_hyde.txt").resolve())}
 
     assert main([str(config)]) == 0
     assert provider.calls == 3 * 3  # three queries per cell
     runs = tmp_path / "out" / "runs"
     configs = {c.name: json.loads((runs / c.name / "config.json").read_text()) for c in grid}
     assert (
-        configs["hyde-bm25-x-base-toy"]["prompts"] != configs["hyde-bm25-x-shorter-toy"]["prompts"]
+        configs["hyde-bm25q-x-base-toy"]["prompts"]
+        != configs["hyde-bm25q-x-shorter-toy"]["prompts"]
     )
-    assert all(cfg["max_tokens"] == 64 for cfg in configs.values())
+    assert all(cfg["llm"]["max_tokens"] == 64 for cfg in configs.values())
     comparison = tmp_path / "out" / "comparison"
     for name in ("report.md", "leaderboard.md", "leaderboard.csv", "tasks.png", "cost.png"):
         assert (comparison / name).is_file()
     assert len((comparison / "leaderboard.csv").read_text().splitlines()) == 1 + 3
     assert "Against the baseline" in capsys.readouterr().out
 
-    caplog.set_level(logging.INFO, logger="agents.run")
+    caplog.set_level(logging.INFO, logger="agents.pipeline")
     assert main([str(config)]) == 0  # everything finished: read back, nothing asked
     assert provider.calls == 9
     assert sum("already finished" in r.getMessage() for r in caplog.records) == 3

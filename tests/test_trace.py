@@ -1,6 +1,7 @@
+import json
 from pathlib import Path
 
-from agents import scripted
+from agents.llm import scripted
 from agents.run import main
 from agents.trace import main as trace_main
 
@@ -23,3 +24,41 @@ def test_trace_prints_every_step_of_one_query(tmp_path: Path, toy_dir: Path, cap
 
     assert trace_main([str(run_dir), "nope"]) == 2
     assert "query 'nope' is in no queries.jsonl" in capsys.readouterr().err
+
+
+def _write_jsonl(path: Path, *rows: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_trace_follows_the_stages_to_the_final_ranking(tmp_path: Path, capsys):
+    run_dir = tmp_path / "run"
+    usage = {"calls": 0, "cached_calls": 0, "prompt_tokens": 0, "completion_tokens": 0,
+             "cost": 0.0, "latency_s": 0.0}  # fmt: skip
+    agent = {"query_id": "q1", "query": "What lowers cholesterol?", "seconds": 0.5,
+             "usage": usage, "error": None, "ranking": [["d1", 2.0], ["d4", 1.0]],
+             "steps": [{"node": "retrieve", "note": "first pass"}]}  # fmt: skip
+    reranked = {"query_id": "q1", "seconds": 0.25, "usage": usage, "error": None,
+                "ranking": [["d4", 9.0], ["d1", 3.0]],
+                "steps": [{"node": "rerank", "note": "statins first"}]}  # fmt: skip
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text("{}")
+    _write_jsonl(run_dir / "toy" / "queries.jsonl", agent)
+    _write_jsonl(run_dir / "toy" / "rerank-1-llm" / "queries.jsonl", reranked)
+    summary = run_dir / "toy" / "metrics.json"
+    summary.write_text(json.dumps({"metrics": {}, "final_stage": "rerank-1-llm"}))
+
+    assert trace_main([str(run_dir), "q1"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("note: first pass") < out.index("stage rerank-1-llm: 0.25 s")
+    assert out.index("stage rerank-1-llm") < out.index("note: statins first")
+    assert "final ranking (top 10 of 2): d4 (9.000), d1 (3.000)" in out
+
+    summary.write_text(json.dumps({"metrics": {}, "final_stage": "agent"}))
+    assert trace_main([str(run_dir), "q1", "--task", "toy"]) == 0
+    out = capsys.readouterr().out
+    assert "rerank-1-llm" not in out and "final ranking (top 10 of 2): d1 (2.000)" in out
+
+    summary.write_text(json.dumps({"metrics": {}, "final_stage": "../elsewhere"}))
+    assert trace_main([str(run_dir), "q1"]) == 2
+    assert "is not a stage folder" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 `LLM(model=...)` accepts any litellm model string ("openai/gpt-4o-mini", "ollama/llama3",
 "hosted_vllm/..." with `api_base`) plus "local/<name>" for the in-process provider of
-`agents.local_llm`. API keys come from the environment as litellm expects
+`agents.llm.local`. API keys come from the environment as litellm expects
 (OPENAI_API_KEY, ...); they are never part of a cache key, a cache value or a log line.
 A server given by `api_base` may need no key at all (vLLM, llama.cpp): when the provider's key
 variable is unset, a placeholder key is sent so that the OpenAI SDK does not refuse to call.
@@ -26,7 +26,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import logging
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from agents.llm_cache import LLMCache, cache_key
+from agents.llm.cache import LLMCache, cache_key
+from agents.llm.errors import LLMAuthError
+from agents.secrets import NO_KEY_PLACEHOLDER
+from eval.usage import Usage
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +70,6 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
     litellm.BadGatewayError,
 )
 
-# Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
-# request option only, like a real key: never in the cache key, params, repr or a record.
-NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
 
 # Which of litellm's "missing" environment variables are credentials (it also reports
 # *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ... that have defaults or are not secrets).
@@ -87,13 +87,6 @@ _MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be s
 # Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
 RETRY_WAIT_MULTIPLIER_S = 1.0
 RETRY_MAX_WAIT_S = 60.0
-
-
-class LLMAuthError(Exception):
-    """No API key, or a rejected one: one line that names the variable to set.
-
-    Not a per-query failure: every other call to the provider would fail the same way.
-    """
 
 
 def _is_custom(provider: str) -> bool:
@@ -180,7 +173,7 @@ def check_model(model: str) -> None:
     """Raise ValueError for a model string no provider would take, before any query runs."""
     provider, _, name = model.partition("/")
     if provider == "local":
-        from agents.local_llm import LOCAL_MODELS
+        from agents.llm.local import LOCAL_MODELS
 
         if name not in LOCAL_MODELS:
             raise ValueError(
@@ -197,29 +190,6 @@ def check_model(model: str) -> None:
             f"unknown model {model!r}: litellm knows no provider for it; name it as "
             "provider/model, e.g. openai/gpt-4o-mini or ollama/qwen2.5"
         ) from None
-
-
-@dataclass
-class Usage:
-    """Calls, tokens, cost and time, summed per call, per query or per run."""
-
-    calls: int = 0
-    cached_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float | None = 0.0  # USD; None as soon as any summed call could not be priced
-    latency_s: float = 0.0
-
-    def add(self, other: Usage) -> None:
-        self.calls += other.calls
-        self.cached_calls += other.cached_calls
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
-        self.latency_s += other.latency_s
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -299,7 +269,7 @@ class LLM:
 
         if self.model.startswith("local/") and not self._local_ready:
             # Imported here so that API-only setups never load the local model stack.
-            from agents.local_llm import register_local_provider
+            from agents.llm.local import register_local_provider
 
             register_local_provider(self.cache_dir)
             self._local_ready = True

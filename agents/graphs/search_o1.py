@@ -6,7 +6,7 @@ Reason-in-Documents, a second LLM call over the previous reasoning, the query an
 documents, condenses them into the "Final Information" that goes back into the reasoning as
 ``<|begin_search_result|> ... <|end_search_result|>``; then the model goes on. A trajectory
 ends when a turn asks for no search; its answer (the last turn's text after its last
-``</think>``) is ranked by `agents.search_loop`.
+``</think>``) is ranked by `agents.graphs.search_loop`.
 
 Limits follow Search-o1's code: past ``max_searches`` or for a query already searched, the
 result block holds their canned message instead of documents. Ours: an empty query gets a
@@ -14,7 +14,7 @@ canned message too, and ``max_turns`` reasoning calls end the trajectory even if
 still wants to search (a "limit" step says so). An output cut at max_tokens inside an
 unclosed search query is unfinished reasoning, not a search: the trajectory ends with it.
 
-LLM modes (option ``llm_mode``, see agents/final_ranking.py): ``local/`` models continue
+LLM modes (option ``llm_mode``, see agents/graphs/search_loop.py): ``local/`` models continue
 their own partial assistant turn, as Search-o1 runs with vLLM; chat APIs (litellm providers,
 ``scripted/``) get each result as a user message.
 
@@ -25,27 +25,21 @@ searches), "search_skipped" (a canned message), "limit", "final" (the final rank
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
-from agents.context import AgentContext, answer_text, llm_step, search_step
-from agents.search_loop import (
+from agents.graphs.context import AgentContext, answer_text, llm_step, search_step
+from agents.graphs.search_loop import (
     SearchState,
     build_messages,
-    check_options,
     env_segment,
     final_ranking,
-    format_docs,
     model_segment,
     parse_call,
     resolve_llm_mode,
-    sub_prompt,
     transcript,
 )
-from prompts import load_prompt
-from retrievers.search import SearchRequest
+from prompts import format_docs
+from retrievers.base import SearchRequest
 
 BEGIN_QUERY = "<|begin_search_query|>"
 END_QUERY = "<|end_search_query|>"
@@ -128,15 +122,14 @@ def final_answer(segments: list[dict[str, Any]]) -> str:
 
 
 def build_graph(ctx: AgentContext) -> Any:
-    # Defaults first, so a context built by hand (tests, notebooks) may name only some options.
-    ctx = replace(ctx, options={**DEFAULTS, **ctx.options})
+    from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
+
     options = ctx.options
-    check_options(options)
     mode = resolve_llm_mode(ctx)
     max_turns, max_searches = options["max_turns"], options["max_searches"]
-    instruction = load_prompt("search-o1", overrides=ctx.prompt_overrides, task=ctx.task)
-    documents_prompt = sub_prompt(ctx, "search-o1", "documents")
-    chat_prompt = sub_prompt(ctx, "search-o1", "chat")
+    instruction = ctx.prompts.get("search-o1")
+    documents_prompt = ctx.prompts.get("search-o1", "documents")
+    chat_prompt = ctx.prompts.get("search-o1", "chat")
 
     async def reason(state: SearchO1State) -> dict:
         segments = state.get("segments", [])
@@ -186,6 +179,7 @@ def build_graph(ctx: AgentContext) -> Any:
         )
         update = {
             "steps": [step],
+            "retrieved": [list(ranking)],
             "searches": searches + 1,
             "queries": [*queries, query],
             "hits": list(ranking),

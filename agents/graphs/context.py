@@ -11,27 +11,35 @@ import operator
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
-from agents.llm import LLM, Usage
-from retrievers.search import Retriever, SearchRequest
+from eval.usage import Usage
+from prompts import PromptBook
+from retrievers.base import Retriever, SearchRequest
+
+if TYPE_CHECKING:  # the client imports litellm: only a run that calls a model pays for it
+    from agents.llm import LLM
 
 THINK_END = "</think>"
 
 
 @dataclass
 class AgentContext:
-    """Everything a graph's nodes may use; one per task, shared by its queries."""
+    """Everything a graph's nodes may use; one per task, shared by its queries.
 
-    retriever: Retriever
-    first_stage: Retriever  # BM25, for agents that read a first-pass top-k (LameR)
+    ``options`` are the agent's settings, complete and checked (agents.config builds them
+    from the registry's defaults), so a graph reads them and never defaults them again.
+    Graphs take their prompts from ``prompts``, which records each one it hands out.
+    """
+
+    retriever: Retriever | None
+    first_stage: Retriever | None  # BM25, for agents that read a first-pass top-k (LameR)
     corpus: Mapping[str, str]  # doc id -> text, for agents that read documents
     task: str  # the task's name, which picks its prompts (R2MED's are per task or kind)
     llm: LLM | None = None
     depth: int = 100
-    prompt_overrides: Mapping[str, Path] = field(default_factory=dict)
-    options: Mapping[str, Any] = field(default_factory=dict)  # the agent's own settings
+    prompts: PromptBook = field(default_factory=PromptBook)
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _merge(old: dict, new: dict) -> dict:
@@ -41,8 +49,10 @@ def _merge(old: dict, new: dict) -> dict:
 class AgentState(TypedDict, total=False):
     query_id: str
     query: str
-    steps: Annotated[list[dict[str, Any]], operator.add]
+    steps: Annotated[list[dict[str, Any]], operator.add]  # the trace: for reading only
     generated: Annotated[dict[str, str], _merge]
+    retrieved: Annotated[list[list[str]], operator.add]  # doc ids of each search the agent made
+    searches: int  # searches the agent chose to make (not its final ranking's)
     ranking: dict[str, float]
 
 
@@ -97,8 +107,4 @@ def search_step(
 
 def steps_usage(steps: list[dict[str, Any]]) -> Usage:
     """The LLM usage of one query: the sum over its steps that called the model."""
-    total = Usage()
-    for step in steps:
-        if "usage" in step:
-            total.add(Usage(**step["usage"]))
-    return total
+    return Usage.total(Usage.from_dict(step["usage"]) for step in steps if "usage" in step)

@@ -16,11 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
-from agents.context import AgentContext, AgentState, answer_text, llm_step, search_step
-from prompts import format_docs, load_prompt
-from retrievers.search import SearchRequest
+from agents.graphs.context import AgentContext, AgentState, answer_text, llm_step, search_step
+from prompts import format_docs
+from retrievers.base import SearchRequest
 
 LAMER_DOCS = 10
 LAMER_DOC_WORDS = 512
@@ -75,14 +73,12 @@ SPECS: dict[str, GenerateSpec] = {
 
 
 def build_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
-    prompt = load_prompt(spec.prompt, overrides=ctx.prompt_overrides, task=ctx.task)
-    system = load_prompt("system", overrides=ctx.prompt_overrides, task=ctx.task)
+    from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
+
+    prompt = ctx.prompts.get(spec.prompt)
+    system = ctx.prompts.get("system")
     # R2MED's few-shot examples for query2doc are not public; ours live in a prompt file
-    examples = (
-        load_prompt(f"{spec.prompt}-examples", overrides=ctx.prompt_overrides, task=ctx.task)
-        if spec.few_shot
-        else None
-    )
+    examples = ctx.prompts.get(f"{spec.prompt}-examples") if spec.few_shot else None
 
     async def first_pass(state: AgentState) -> dict:
         ranking, step = search_step(

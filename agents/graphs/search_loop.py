@@ -8,7 +8,7 @@ one of two LLM modes:
 * ``continue``: [user(prompt), assistant(every segment joined)]. The model continues its own
   unfinished turn, with the results spliced into its text, as Search-o1 and Search-R1 run
   with vLLM. Needs a backend that continues a trailing assistant message: ``local/`` models
-  do (agents/local_llm.py renders ChatML without closing the last turn).
+  do (agents/llm/local.py renders ChatML without closing the last turn).
 * ``chat``: each model output is an assistant message and what follows it a user message,
   for chat APIs that always start a new assistant turn.
 * ``auto`` (default): ``continue`` for ``local/`` models, ``chat`` for everything else (API
@@ -31,9 +31,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agents.context import AgentContext, AgentState, search_step
-from prompts import Prompt, load_prompt
-from retrievers.search import SearchRequest
+from agents.graphs.context import AgentContext, AgentState, search_step
+from retrievers.base import SearchRequest
 
 LLM_MODES = ("auto", "continue", "chat")
 FINAL_RANKINGS = ("answer", "fuse", "trace")
@@ -42,7 +41,6 @@ FINAL_RANKINGS = ("answer", "fuse", "trace")
 class SearchState(AgentState, total=False):
     segments: list[dict[str, Any]]  # {"role": "model" | "env", "text", "wrap"}; replaced whole
     turns: int  # reasoning LLM calls so far
-    searches: int  # retrievals made (canned answers are not searches)
     queries: list[str]  # the queries searched, for Search-o1's repeated-query check
     call: str | None  # the search query of the newest turn, if it asked for one
     done: bool  # the newest turn ended the trajectory (an answer, or no search call)
@@ -136,24 +134,6 @@ def parse_call(
     return rest.strip(), text + end
 
 
-def sub_prompt(ctx: AgentContext, family: str, variant: str) -> Prompt:
-    """A helper prompt stored as a variant of the agent's family (e.g. search-o1/documents).
-
-    Only its own override ("--prompt search-o1/documents=...") replaces it: a family-wide
-    "--prompt search-o1=..." is meant for the agent's main prompt.
-    """
-    key = f"{family}/{variant}"
-    return load_prompt(family, variant, {k: v for k, v in ctx.prompt_overrides.items() if k == key})
-
-
-def format_docs(texts: list[str], max_words: int, template: str) -> str:
-    """Number retrieved documents with ``template`` ({i}, {text}), each cut to max_words."""
-    return "".join(
-        template.format(i=i, text=" ".join(text.split()[:max_words]))
-        for i, text in enumerate(texts, 1)
-    )
-
-
 _TAG = re.compile(r"<\|?/?[a-z_]+\|?>")
 
 
@@ -203,10 +183,9 @@ async def final_ranking(
         note["note"] = "the answer matched no document; searched with the query instead"
     if mode == "fuse":
         lists = [
-            # ranks are what RRF uses; rebuilding scores from ranks avoids ties from rounding
-            {doc: float(len(s["doc_ids"]) - i) for i, doc in enumerate(s["doc_ids"])}
-            for s in state.get("steps", [])
-            if s.get("node") == "search"
+            # ranks are what RRF uses; scores made from ranks cannot tie by rounding
+            {doc: float(len(ids) - i) for i, doc in enumerate(ids)}
+            for ids in state.get("retrieved", [])
         ]
         note["fused_lists"] = len(lists) + 1
         if lists:

@@ -11,7 +11,7 @@ adds a nudge (prompts/search-r1/final.txt), and it stops only at ``</answer>``; 
 written in it is ignored and a "limit" step notes it. (Search-R1 itself runs ``max_turns``
 search turns and then one more generation with search off, without a nudge.)
 
-Final ranking (default ``answer``, see agents/final_ranking.py): Search-R1's answers are
+Final ranking (default ``answer``, see agents/graphs/search_loop.py): Search-R1's answers are
 short by design ("without detailed illustrations", e.g. "<answer> Beijing </answer>"), so the
 passage searched is the last turn's last ``<think>`` followed by the ``<answer>``; the think is
 where the medical content a retriever can match lives. With no ``<answer>`` at all, the last
@@ -28,27 +28,21 @@ reason -> reason edge. Trace nodes: "reason" (LLM calls), "search" (retrievals),
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
-
-from agents.context import AgentContext, llm_step, search_step
-from agents.search_loop import (
+from agents.graphs.context import AgentContext, llm_step, search_step
+from agents.graphs.search_loop import (
     SearchState,
     build_messages,
-    check_options,
     env_segment,
     final_ranking,
-    format_docs,
     model_segment,
     parse_call,
     resolve_llm_mode,
     strip_tags,
-    sub_prompt,
 )
-from prompts import load_prompt
-from retrievers.search import SearchRequest
+from prompts import format_docs
+from retrievers.base import SearchRequest
 
 SEARCH, END_SEARCH = "<search>", "</search>"
 ANSWER, END_ANSWER = "<answer>", "</answer>"
@@ -101,15 +95,14 @@ def answer_passage(text: str, answer: str | None) -> str:
 
 
 def build_graph(ctx: AgentContext) -> Any:
-    # Defaults first, so a context built by hand (tests, notebooks) may name only some options.
-    ctx = replace(ctx, options={**DEFAULTS, **ctx.options})
+    from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
+
     options = ctx.options
-    check_options(options)
     mode = resolve_llm_mode(ctx)
     max_turns = options["max_turns"]
-    prompt = load_prompt("search-r1", overrides=ctx.prompt_overrides, task=ctx.task)
-    chat_prompt = sub_prompt(ctx, "search-r1", "chat")
-    final_nudge = sub_prompt(ctx, "search-r1", "final")
+    prompt = ctx.prompts.get("search-r1")
+    chat_prompt = ctx.prompts.get("search-r1", "chat")
+    final_nudge = ctx.prompts.get("search-r1", "final")
 
     async def reason(state: SearchState) -> dict:
         turns = state.get("turns", 0) + 1
@@ -155,6 +148,7 @@ def build_graph(ctx: AgentContext) -> Any:
         observation = f"\n\n<information>{docs.strip()}</information>\n\n"
         return {
             "steps": [step],
+            "retrieved": [list(ranking)],
             "segments": [*state["segments"], env_segment(observation)],
             "searches": state.get("searches", 0) + 1,
         }

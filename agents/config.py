@@ -1,0 +1,518 @@
+"""The run configuration: one typed object for a whole run, whoever builds it.
+
+A `RunConfig` holds the dataset, the first stage (an agent with its options and a
+`retrievers.config.RetrieverConfig`), the rerank stages, the LLM and evaluation settings and
+where the run goes. Defaults and checks live on the dataclasses (``__post_init__``), so the
+command line, a sweep file and Python code all get the same object and the same refusals.
+
+`SETTINGS` is the one table of flat settings: each key is a command-line flag
+(``max_tokens`` is ``--max-tokens``), a sweep-file option, and a path into the config.
+`from_settings` builds a config from such a mapping; `add_arguments` builds the argparse
+flags from the same table. ``config.json`` is `to_dict`; `from_dict` reads it back into an
+equal object (passwords in URLs are masked on the way out, so those two differ there).
+`binding` is the part of a config that decides a run's output: a run folder is bound to it,
+and settings outside it (concurrency, rate limit, cache mode, where things go) may change
+between a run and its resumption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents.registry import AGENTS, STAGES, OptionSpec
+from agents.secrets import public_url
+from eval.argtypes import (
+    CheckError,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    unit_float,
+)
+from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
+from retrievers.config import (
+    BM25_METHODS,
+    ApiEmbedConfig,
+    BM25Config,
+    DenseConfig,
+    FusionConfig,
+    RetrieverConfig,
+)
+
+DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
+CACHE_MODES = ("use", "refresh", "off")  # agents.llm.client checks the same three
+
+
+class ConfigError(ValueError):
+    """A setting no run can use; the message names the setting."""
+
+
+def _check(owner: str, name: str, value: Any, checker: Callable[[Any], Any] | None) -> Any:
+    if value is None or checker is None:
+        return value
+    try:
+        return checker(value)
+    except CheckError as e:
+        raise ConfigError(f"{owner}{name}: {e}") from None
+
+
+def _choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{owner}{name}: must be one of {', '.join(choices)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    model: str = DEFAULT_MODEL
+    api_base: str | None = None
+    temperature: float = 0.0
+    max_tokens: int = 512
+    cache: str = "use"  # use | refresh (call again, overwrite) | off
+    concurrency: int = 4  # queries in flight
+    rate_limit: float | None = None  # requests per second to the provider
+
+    def __post_init__(self) -> None:
+        for name, checker in (
+            ("temperature", non_negative_float),
+            ("max_tokens", positive_int),
+            ("concurrency", positive_int),
+            ("rate_limit", positive_float),
+        ):
+            object.__setattr__(self, name, _check("llm.", name, getattr(self, name), checker))
+        _choice("llm.", "cache", self.cache, CACHE_MODES)
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"llm.model: expected a model name, got {self.model!r}")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    depth: int = 100  # documents kept per query
+    missing: str = "zero"  # unanswered qrels queries count 0, or are left out ("present")
+    ties: str = "trec"  # tied scores as trec_eval orders them, or doc id ascending
+    pad: bool = False  # fill short rankings with zero-score docs in corpus order (R2MED)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", _check("eval.", "depth", self.depth, positive_int))
+        _choice("eval.", "missing", self.missing, MISSING_POLICIES)
+        _choice("eval.", "ties", self.ties, TIE_ORDERS)
+        if not isinstance(self.pad, bool):
+            raise ConfigError(f"eval.pad: expected true or false, got {self.pad!r}")
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """One rerank stage: a kind from `agents.registry.STAGES` and its typed options."""
+
+    kind: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in STAGES:
+            known = ", ".join(STAGES) or "none yet"
+            raise ConfigError(f"rerank: unknown stage {self.kind!r}; known: {known}")
+        spec = STAGES[self.kind]
+        object.__setattr__(self, "options", typed_options(spec, self.options, "rerank"))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    agent: str = "none"
+    dataset: str = "demo"  # 'demo', a folder, an R2MED task, 'r2med', or a comma list
+    options: Mapping[str, Any] = field(default_factory=dict)  # the agent's, completed here
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    rerank: tuple[StageConfig, ...] = ()
+    llm: LLMConfig | None = None  # None when no stage calls a model
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    limit: int | None = None  # only the first N queries per task
+    prompt_files: Mapping[str, str] = field(default_factory=dict)  # override name -> file
+    prompts: Mapping[str, str] = field(default_factory=dict)  # recorded: name -> sha256
+    runs_dir: str = "runs"
+    run_name: str | None = None  # default: from the settings that tell runs apart
+    cache_dir: str | None = None  # default: eval.datasets.default_cache_dir()
+
+    def __post_init__(self) -> None:
+        if self.agent not in AGENTS:
+            raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
+        spec = AGENTS[self.agent]
+        object.__setattr__(self, "options", typed_options(spec, self.options, "option"))
+        object.__setattr__(self, "limit", _check("", "limit", self.limit, positive_int))
+        stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
+        object.__setattr__(self, "rerank", stages)
+        needs_llm = spec.uses_llm or any(STAGES[s.kind].uses_llm for s in stages)
+        if not needs_llm:
+            object.__setattr__(self, "llm", None)  # so --model cannot tell such runs apart
+        elif self.llm is None:
+            object.__setattr__(self, "llm", LLMConfig())
+        if self.run_name is not None:
+            from eval.files import check_component
+
+            check_component(self.run_name, "run_name")
+        object.__setattr__(self, "prompt_files", dict(self.prompt_files))
+        object.__setattr__(self, "prompts", dict(self.prompts))
+
+    @property
+    def uses_llm(self) -> bool:
+        return self.llm is not None
+
+
+def typed_options(spec: OptionSpec, given: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``spec``'s defaults with ``given`` over them, each typed like its default, then
+    checked by the spec: the one place an agent's or a stage's options are defaulted."""
+    options = dict(spec.defaults)
+    for key, value in given.items():
+        if key not in options:
+            known = ", ".join(options) or "none"
+            raise ConfigError(f"{what} {key}={value!r}: {spec.name!r} has options: {known}")
+        options[key] = _typed_like(options[key], value, f"{what} {key}={value}")
+    if spec.check_options:
+        try:
+            spec.check_options(options)
+        except ValueError as e:
+            raise ConfigError(f"{spec.name}: {e}") from None
+    return options
+
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _typed_like(default: Any, value: Any, where: str) -> Any:
+    """``value`` (text from a flag, or a value from Python or TOML) as the default's type."""
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if str(value).strip().lower() not in _BOOLS:
+            raise ConfigError(f"{where}: expected true or false")
+        return _BOOLS[str(value).strip().lower()]
+    if default is None or isinstance(default, str):
+        return value if default is None else str(value)
+    kind = type(default)
+    noun = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
+    if isinstance(value, bool):
+        raise ConfigError(f"{where}: expected {noun}")
+    try:
+        typed = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected {noun}") from None
+    if kind is int and not isinstance(value, str) and typed != value:
+        raise ConfigError(f"{where}: expected {noun}")
+    if isinstance(typed, float) and not math.isfinite(typed):
+        raise ConfigError(f"{where}: expected a finite number")
+    return typed
+
+
+# --- serialising ---------------------------------------------------------------------------
+
+RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files")  # where, not what
+LLM_RUNTIME = ("cache", "concurrency", "rate_limit")  # how fast, not what
+
+
+def to_dict(cfg: RunConfig) -> dict[str, Any]:
+    """The config as plain JSON data (``config.json``), passwords in URLs masked."""
+    data = dataclasses.asdict(cfg)
+    data["rerank"] = [dict(s) for s in data["rerank"]]
+    if data["llm"] is not None:
+        data["llm"]["api_base"] = public_url(data["llm"]["api_base"])
+    data["retriever"]["api"]["api_base"] = public_url(data["retriever"]["api"]["api_base"])
+    return data
+
+
+def from_dict(data: Mapping[str, Any]) -> RunConfig:
+    """The config `to_dict` wrote; unknown keys are refused, naming them."""
+    _known(data, RunConfig, "")
+    values = dict(data)
+    if values.get("llm") is not None:
+        _known(values["llm"], LLMConfig, "llm.")
+        values["llm"] = LLMConfig(**values["llm"])
+    if "eval" in values:
+        _known(values["eval"], EvalConfig, "eval.")
+        values["eval"] = EvalConfig(**values["eval"])
+    if "retriever" in values:
+        values["retriever"] = RetrieverConfig.from_dict(values["retriever"])
+    values["rerank"] = tuple(StageConfig(**s) for s in values.get("rerank", ()))
+    return RunConfig(**values)
+
+
+def _known(data: Mapping[str, Any], cls: type, prefix: str) -> None:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ConfigError(
+            f"{prefix}{unknown[0]}: unknown setting; known: {', '.join(sorted(names))}"
+        )
+
+
+def binding(cfg: RunConfig) -> dict[str, Any]:
+    """What a run folder is bound to: everything that decides the output."""
+    data = to_dict(cfg)
+    for key in RUNTIME:
+        data.pop(key)
+    if data["llm"] is not None:
+        for key in LLM_RUNTIME:
+            data["llm"].pop(key)
+    return data
+
+
+def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The settings (by their flat names where they have one) in which two bindings differ."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    paths = sorted(p for p in set(flat_old) | set(flat_new) if flat_old.get(p) != flat_new.get(p))
+    by_path = {s.path: key for key, s in SETTINGS.items()}
+    names = []
+    for path in paths:
+        top = path.split(".")[0]
+        name = by_path.get(path) or (top if top in ("options", "prompts", "rerank") else path)
+        if top == "options":
+            name = path.split(".", 1)[1]
+        names.append(name)
+    return list(dict.fromkeys(names))
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, Mapping) and not prefix.startswith(("prompts", "rerank")):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out if data else {prefix.rstrip("."): data}
+    return {prefix.rstrip("."): data}
+
+
+# --- flat settings: flags, sweep options, Python keyword arguments --------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    path: str  # where it goes in the config ("llm.temperature"); "" for special handling
+    help: str
+    type: Callable[[str], Any] | None = None  # the flag's parser (a checker from argtypes)
+    choices: Sequence[str] | None = None
+    many: bool = False  # repeatable: a list of values
+    flag_only: bool = False  # a command-line shortcut (e.g. --max-turns for an option)
+    metavar: str | None = None
+
+
+SETTINGS: dict[str, Setting] = {
+    "agent": Setting("agent", "the first stage", choices=tuple(AGENTS)),
+    "dataset": Setting(
+        "dataset", "'demo' (bundled), a folder, an R2MED task name, 'r2med', or a comma list"
+    ),
+    "retriever": Setting("retriever.spec", "bm25, dense[:model], api:<model>, or a+b fusion"),
+    "bm25_method": Setting(
+        "retriever.bm25.method",
+        "bm25q is R2MED's (gensim LuceneBM25Model on docs and query)",
+        choices=tuple(BM25_METHODS),
+    ),
+    "k1": Setting("retriever.bm25.k1", "BM25 k1 (default: the method's)", non_negative_float),
+    "b": Setting("retriever.bm25.b", "BM25 b (default: the method's)", unit_float),
+    "device": Setting(
+        "retriever.dense.device", "dense: auto (CUDA if present), cpu, cuda[:N], mps"
+    ),
+    "dtype": Setting("retriever.dense.dtype", "dense: embedding dtype"),
+    "batch_size": Setting("retriever.dense.batch_size", "dense: encoding batch", positive_int),
+    "max_length": Setting("retriever.dense.max_length", "dense: tokens per text", positive_int),
+    "instructions": Setting(
+        "retriever.dense.instructions", "dense: R2MED's query/doc instructions, or none"
+    ),
+    "embed_api_base": Setting("retriever.api.api_base", "api: base URL of the embedding server"),
+    "embed_batch_size": Setting("retriever.api.batch_size", "api: texts per call", positive_int),
+    "embed_option": Setting(
+        "retriever.api.params",
+        "api: an extra embedding parameter, e.g. dimensions=256",
+        many=True,
+        metavar="KEY=VALUE",
+    ),
+    "fusion": Setting("retriever.fusion.method", "how '+' retrievers are fused"),
+    "fusion_k": Setting("retriever.fusion.k", "reciprocal-rank fusion's k", positive_int),
+    "model": Setting("llm.model", "LLM: any litellm model, or local/<name> (embedded)"),
+    "api_base": Setting("llm.api_base", "LLM: base URL of an OpenAI-compatible server"),
+    "temperature": Setting("llm.temperature", "LLM sampling temperature", non_negative_float),
+    "max_tokens": Setting("llm.max_tokens", "per LLM call", positive_int),
+    "cache": Setting(
+        "llm.cache", "LLM response cache: use, refresh (call again) or off", choices=CACHE_MODES
+    ),  # fmt: skip
+    "concurrency": Setting("llm.concurrency", "queries in flight", positive_int),
+    "rate_limit": Setting(
+        "llm.rate_limit", "cap on LLM requests per second", positive_float, metavar="PER_SECOND"
+    ),
+    "depth": Setting("eval.depth", "documents kept per query", positive_int),
+    "missing": Setting(
+        "eval.missing",
+        "unanswered queries count 0 (zero) or are left out as R2MED's code does (present)",
+        choices=MISSING_POLICIES,
+    ),
+    "ties": Setting(
+        "eval.ties",
+        "tied scores: trec (doc id descending, as trec_eval and R2MED's numbers) or ascending",
+        choices=TIE_ORDERS,
+    ),
+    "pad": Setting(
+        "eval.pad",
+        "fill rankings shorter than --depth with zero-score documents in corpus order, as "
+        "R2MED's BM25 script does",
+    ),
+    "limit": Setting("limit", "only the first N queries per task", positive_int),
+    "prompt": Setting(
+        "prompt_files",
+        "use PATH for prompt NAME (hyde/exam=my.txt, or hyde=my.txt for every kind)",
+        many=True,
+        metavar="NAME=PATH",
+    ),
+    "option": Setting(
+        "options", "an agent setting, e.g. max_turns=8", many=True, metavar="KEY=VALUE"
+    ),
+    "final_ranking": Setting(
+        "options.final_ranking",
+        "iterative agents: rank with the final answer, fuse every list, or the whole trace",
+        choices=("answer", "fuse", "trace"),
+        flag_only=True,
+    ),
+    "max_searches": Setting(
+        "options.max_searches", "iterative agents", non_negative_int, flag_only=True
+    ),
+    "max_turns": Setting("options.max_turns", "iterative agents", positive_int, flag_only=True),
+    "top_k": Setting(
+        "options.top_k", "docs per search (iterative agents)", positive_int, flag_only=True
+    ),  # fmt: skip
+    "rerank": Setting(
+        "rerank",
+        "a rerank stage after the agent, in order: KIND[,key=value...]",
+        many=True,
+        metavar="STAGE",
+    ),
+    "runs_dir": Setting("runs_dir", "where run folders go"),
+    "run_name": Setting("run_name", "run folder name inside --runs-dir (default: from the config)"),
+    "cache_dir": Setting("cache_dir", "indexes, LLM cache, downloads"),
+}
+
+
+def from_settings(values: Mapping[str, Any]) -> RunConfig:
+    """A config from flat settings (keys of `SETTINGS`); anything not given keeps its default.
+
+    Values may be text (from flags) or values (from Python or TOML); both are checked by
+    the dataclasses, so a bad value is refused the same way whoever gives it.
+    """
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown setting; known: {', '.join(SETTINGS)}")
+    groups: dict[str, dict[str, Any]] = {}
+    top: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    for key, value in values.items():
+        path = SETTINGS[key].path
+        if key == "option":
+            options.update(_pairs(value, "option"))
+        elif path.startswith("options."):
+            options[path.split(".", 1)[1]] = value
+        elif key == "prompt":
+            top["prompt_files"] = {k: str(v) for k, v in _prompt_files(value).items()}
+        elif key == "embed_option":
+            groups.setdefault("retriever.api", {})["params"] = _pairs(value, "embed_option")
+        elif key == "rerank":
+            top["rerank"] = tuple(parse_stage(v) for v in value)
+        elif "." in path:
+            group, _, name = path.rpartition(".")
+            groups.setdefault(group, {})[name] = value
+        else:
+            top[path] = value
+    for key in ("runs_dir", "cache_dir"):
+        if key in top and top[key] is not None:
+            top[key] = str(top[key])
+    try:
+        retriever = RetrieverConfig(
+            spec=groups.get("retriever", {}).get("spec", RetrieverConfig().spec),
+            bm25=BM25Config(**groups.get("retriever.bm25", {})),
+            dense=DenseConfig(**groups.get("retriever.dense", {})),
+            api=ApiEmbedConfig(**groups.get("retriever.api", {})),
+            fusion=FusionConfig(**groups.get("retriever.fusion", {})),
+        )
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(
+            f"retriever.{e}" if not str(e).startswith("retriever") else str(e)
+        ) from None
+    llm = LLMConfig(**groups["llm"]) if "llm" in groups else None
+    return RunConfig(
+        **top,
+        options=options,
+        retriever=retriever,
+        llm=llm,
+        eval=EvalConfig(**groups.get("eval", {})),
+    )
+
+
+def parse_stage(text: str) -> StageConfig:
+    """``"kind,key=value,..."`` -> a StageConfig (options typed by the stage's defaults)."""
+    if isinstance(text, StageConfig):
+        return text
+    kind, *pairs = [p.strip() for p in str(text).split(",")]
+    return StageConfig(kind, _pairs(pairs, f"rerank {kind}"))
+
+
+def _pairs(items: Any, what: str) -> dict[str, Any]:
+    if isinstance(items, Mapping):
+        return dict(items)
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{what} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _prompt_files(items: Any) -> dict[str, Path]:
+    from prompts import parse_prompt_overrides
+
+    if isinstance(items, Mapping):
+        items = [f"{k}={v}" for k, v in items.items()]
+    return parse_prompt_overrides(list(items))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, each defaulting to "not given" so the config's default applies."""
+    defaults = _flat_defaults()
+    for key, s in SETTINGS.items():
+        flag = "--" + key.replace("_", "-")
+        shown = defaults.get(key)
+        help_text = s.help + (f" (default: {shown})" if shown not in (None, "", [], {}) else "")
+        kwargs: dict[str, Any] = {"help": help_text, "default": None, "dest": key}
+        if s.metavar:
+            kwargs["metavar"] = s.metavar
+        if key == "pad":
+            kwargs.update(action="store_true", default=None)
+        elif s.many:
+            kwargs.update(action="append")
+        else:
+            if s.type is not None:
+                kwargs["type"] = s.type
+            if s.choices is not None:
+                kwargs["choices"] = list(s.choices)
+        if key == "run_name":
+            kwargs["type"] = _run_name_arg
+        parser.add_argument(flag, **kwargs)
+
+
+def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
+
+
+def _run_name_arg(text: str) -> str:
+    from eval.files import check_component
+
+    try:
+        return check_component(text, "--run-name")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--run-name ")) from None
+
+
+def _flat_defaults() -> dict[str, Any]:
+    flat = _flatten(
+        {**to_dict(RunConfig(agent="hyde")), "options": {}, "prompts": {}, "rerank": []}
+    )
+    return {key: flat.get(s.path) for key, s in SETTINGS.items()}

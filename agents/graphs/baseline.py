@@ -1,0 +1,28 @@
+"""The `none` agent: the raw query goes straight to the retriever (the no-LLM baseline).
+
+One step needs no graph: this is a plain object with the compiled graph's `ainvoke`, so a
+run without an LLM never imports LangGraph (and starts in well under a second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agents.graphs.context import AgentContext, search_step
+from retrievers.base import SearchRequest
+
+
+@dataclass
+class Baseline:
+    ctx: AgentContext
+
+    async def ainvoke(self, state: dict[str, Any]) -> dict[str, Any]:
+        ranking, step = search_step(
+            self.ctx.retriever, "retrieve", SearchRequest(query=state["query"]), self.ctx.depth
+        )
+        return {**state, "steps": [*state.get("steps", []), step], "ranking": ranking}
+
+
+def build_graph(ctx: AgentContext) -> Baseline:
+    return Baseline(ctx)

@@ -1,0 +1,444 @@
+"""A run as a library call: `run(config) -> RunResult`.
+
+    dataset -> tasks -> first stage (an agent per query) -> rerank stages -> evaluation
+
+Each arrow is data on disk in the run folder: the agent's records (`<task>/queries.jsonl`)
+and ranked lists (`<task>/run.trec`), then each rerank stage's in `<task>/rerank-<i>-<kind>/`,
+each scored on its own; the task's `metrics.json` holds every stage's metrics and the final
+one's. A run folder is bound to its configuration and each task folder to its data, so a
+resumed run answers only what is missing and never reports a stale number. `python -m
+agents.run` and `agents.sweep` are thin layers over `run`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from agents.config import RunConfig, binding, differences, from_dict, to_dict
+from agents.graphs.context import AgentContext
+from agents.registry import AGENTS, STAGES, AgentSpec
+from agents.rerank import StageContext, StageGraph
+from agents.runner import ranking_of, run_queries
+from eval import runs
+from eval.datasets import Task, default_cache_dir, load_tasks, task_fingerprint
+from eval.evaluate import Evaluation, evaluate, pad_run
+from eval.files import safe_name, writable_folder
+from eval.report import leaderboard_markdown, results_json, write_results_json
+from eval.runs import run_folder_name
+from eval.trec import write_run
+from eval.usage import Usage
+from prompts import PromptBook
+from retrievers.search import Retriever, SearchRequest, build_retriever
+
+log = logging.getLogger("agents.pipeline")
+
+HEADLINE = "NDCG@10"
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked; the message is one line saying why and what to do."""
+
+
+@dataclass
+class TaskResult:
+    name: str  # the task's own name
+    folder: str  # its folder in the run (unique even when two tasks share a name)
+    summary: dict[str, Any]  # what metrics.json holds: metrics, stages, usage, failures, ...
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)  # the final stage's
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.summary["metrics"]
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    config: RunConfig
+    tasks: dict[str, TaskResult]  # by task folder
+    seconds: float
+
+    @property
+    def failed(self) -> int:
+        return sum(t.summary["failed"] for t in self.tasks.values())
+
+
+def run(
+    config: RunConfig,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_task: Callable[[TaskResult], None] | None = None,
+) -> RunResult:
+    """Run `config` to the end (resuming its run folder) and return every task's results.
+
+    Refusals raise `RunError`, `eval.datasets.DataError`, `prompts.PromptError` or
+    `eval.files.FolderError` (all ValueErrors with one-line messages) before any model is
+    called; a missing or rejected API key raises `agents.llm.LLMAuthError` after keeping every
+    finished query. `on_task` is called as each task finishes.
+    """
+    return asyncio.run(arun(config, overwrite=overwrite, progress=progress, on_task=on_task))
+
+
+async def arun(
+    config: RunConfig,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_task: Callable[[TaskResult], None] | None = None,
+) -> RunResult:
+    started = time.perf_counter()
+    spec = AGENTS[config.agent]
+    cache_dir = writable_folder(config.cache_dir or default_cache_dir(), "--cache-dir")
+    if config.llm is not None:
+        from agents.llm import check_credentials, check_model
+
+        check_model(config.llm.model)
+        check_credentials(config.llm.model, config.llm.api_base)
+    overrides = {name: Path(path) for name, path in config.prompt_files.items()}
+    tasks = load_tasks(config.dataset, cache_dir)
+    folders = task_folders(tasks)
+    books = {t.name: PromptBook(overrides, t.name) for t in tasks}
+    config = dataclasses.replace(config, prompts=record_prompts(spec, config, tasks, books))
+    # last, so that a refused input leaves no runs folder behind
+    runs_dir = writable_folder(config.runs_dir, "--runs-dir")
+    run_dir = runs_dir / (config.run_name or default_run_name(config))
+    lock = lock_run_dir(run_dir)
+    try:
+        fingerprints = [task_fingerprint(t) for t in tasks]
+        open_run_dir(run_dir, config, overwrite)
+        for task, folder, fingerprint in zip(tasks, folders, fingerprints, strict=True):
+            try:
+                check_task_data(run_dir / folder, task, fingerprint)
+            except RunError:
+                if not overwrite:
+                    raise
+                shutil.rmtree(run_dir / folder)  # its records answer other data
+        llm = _llm(config, cache_dir)
+        results: dict[str, TaskResult] = {}
+        for task, folder, fingerprint in zip(tasks, folders, fingerprints, strict=True):
+            result = await run_task(
+                task, config, spec, llm, run_dir / folder, cache_dir, books[task.name],
+                fingerprint, progress,
+            )  # fmt: skip
+            results[folder] = result
+            if on_task is not None:
+                on_task(result)
+        table = leaderboard_markdown(
+            {run_dir.name: {f: r.metrics[HEADLINE] for f, r in results.items()}},
+            tasks=list(results),
+        )
+        runs.write_leaderboard(run_dir, table + "\n")
+        runs.write_run_summary(run_dir, {f: r.summary for f, r in results.items()})
+    except OSError as e:
+        if e.filename is None:  # a write that failed on a full disk names no file: name the run
+            raise OSError(e.errno, e.strerror, str(run_dir)) from e
+        raise
+    finally:
+        lock.release()
+    return RunResult(run_dir, config, results, time.perf_counter() - started)
+
+
+def default_run_name(config: RunConfig) -> str:
+    """The run folder's name when none is given: the settings that tell runs apart."""
+    return run_folder_name(to_dict(config), AGENTS[config.agent].defaults)
+
+
+def record_prompts(
+    spec: AgentSpec, config: RunConfig, tasks: list[Task], books: dict[str, PromptBook]
+) -> dict[str, str]:
+    """Every prompt the run will send, by name and sha256, recorded as the graphs load them.
+
+    The graphs are built once per task without retrievers (building only loads prompts);
+    the same books then serve the real graphs, so the recorded text is the text sent.
+    """
+    used: dict[str, str] = {}
+    for task in tasks:
+        ctx = AgentContext(
+            retriever=None, first_stage=None, corpus={}, task=task.name,
+            prompts=books[task.name], options=config.options,
+        )  # fmt: skip
+        spec.build_graph(ctx)
+        for stage in config.rerank:
+            STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
+        used.update(books[task.name].used)
+    return dict(sorted(used.items()))
+
+
+def _llm(config: RunConfig, cache_dir: Path) -> Any:
+    if config.llm is None:
+        return None
+    from agents.llm import LLM
+
+    return LLM(
+        model=config.llm.model,
+        api_base=config.llm.api_base,
+        cache_dir=cache_dir,
+        cache_mode=config.llm.cache,
+        rate_limit=config.llm.rate_limit,
+        params={"temperature": config.llm.temperature, "max_tokens": config.llm.max_tokens},
+    )
+
+
+def _stage_context(stage, task, config, llm, books, cache_dir) -> StageContext:
+    return StageContext(
+        corpus=task.corpus, task=task.name, options=stage.options, llm=llm,
+        depth=config.eval.depth, prompts=books[task.name], cache_dir=cache_dir,
+    )  # fmt: skip
+
+
+def lock_run_dir(path: Path) -> FileLock:
+    """Hold the run folder for this process; a second process on it is refused at once.
+
+    Two processes on one folder would both pay for every query and interleave their records.
+    The lock is the kernel's (flock), so a crashed holder never leaves it stuck.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path / runs.LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunError(
+            f"{path} is in use by another agents.run process; wait for it to finish or "
+            "pass another --run-name"
+        ) from None
+    return lock
+
+
+def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
+    """Bind `path` to `cfg`: accept it if it holds the same config, refuse otherwise.
+
+    Only `binding(cfg)` counts, so concurrency, the cache mode or where things go may change
+    between a run and its resumption. With `overwrite` only this run's own folder is emptied
+    (it is one path component inside the runs dir, see `check_component`), never its parent.
+    """
+    if (path / runs.CONFIG_FILE).exists():
+        try:
+            old = binding(from_dict(runs.read_config(path)))
+        except (ValueError, TypeError) as e:  # damaged, or written by an unknown version
+            if not overwrite:
+                raise RunError(
+                    f"{e}; pass --overwrite to replace this run or --run-name for a new one"
+                ) from None
+            old = None
+        if old == binding(cfg):
+            runs.write_config(path, to_dict(cfg))  # runtime settings as this run uses them
+            return
+        if not overwrite:
+            diff = differences(old, binding(cfg)) if isinstance(old, dict) else ["config"]
+            raise RunError(
+                f"{path} holds a run with another configuration (differs in: "
+                f"{', '.join(diff)}); pass --overwrite to replace it or --run-name for a new one"
+            )
+        _empty_run_dir(path)
+    runs.write_config(path, to_dict(cfg))
+
+
+def _empty_run_dir(path: Path) -> None:
+    for child in path.iterdir():
+        if child.name == runs.LOCK_FILE:
+            continue  # held by this process
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def task_folders(tasks: list[Task]) -> list[str]:
+    """One folder name per task; tasks of the same name (``a/toy,b/toy``) never share one.
+
+    A task given twice is refused: it would be run and counted twice.
+    """
+    seen: dict[Path, str] = {}
+    for task in tasks:
+        where = task.path.resolve()
+        if where in seen:
+            raise RunError(f"--dataset names {task.name} ({task.path}) twice")
+        seen[where] = task.name
+    names = [t.name for t in tasks]
+    folders = []
+    for task in tasks:
+        if names.count(task.name) == 1:
+            folders.append(safe_name(task.name))
+            continue
+        # readable where the parent folders differ, a hash of the path where they do not
+        parent = task.path.resolve().parent.name
+        label = f"{parent}-{task.name}"
+        if sum(f"{t.path.resolve().parent.name}-{t.name}" == label for t in tasks) > 1:
+            label += "-" + hashlib.sha256(str(task.path.resolve()).encode()).hexdigest()[:8]
+        folders.append(safe_name(label))
+    return folders
+
+
+def check_task_data(out: Path, task: Task, fingerprint: dict[str, str]) -> None:
+    """Refuse a task folder whose records were made from another corpus or query set.
+
+    A changed qrels file only needs the (free) metrics recomputed, which `run_task` does;
+    records ranked over another corpus or answering other query texts cannot be reused.
+    """
+    try:
+        info = runs.read_task_info(out)
+        old = None if info is None else dict(info["fingerprint"])
+    except (ValueError, KeyError, TypeError):
+        raise RunError(
+            f"{out / runs.TASK_FILE}: damaged, cannot tell which data this run used; pass "
+            "--overwrite to redo the run"
+        ) from None
+    if old is None:
+        return
+    changed = [part for part in ("corpus", "queries") if old.get(part) != fingerprint[part]]
+    if changed:
+        raise RunError(
+            f"{out}: the {' and '.join(changed)} of task {task.name} changed since this run "
+            f"was made ({task.path}); pass --overwrite to redo it or --run-name for a new run"
+        )
+
+
+async def run_task(
+    task: Task,
+    config: RunConfig,
+    spec: AgentSpec,
+    llm: Any,
+    out: Path,
+    cache_dir: Path,
+    prompts: PromptBook,
+    fingerprint: dict[str, str],
+    progress: bool = True,
+) -> TaskResult:
+    """Answer, rank and score one task into `out`; a finished task is read back, not redone.
+
+    A finished task counts only for the data it was scored on: when the qrels changed, or
+    its metrics.json is damaged, the metrics are computed again from the saved records (no
+    query is answered twice).
+    """
+    summary = runs.read_task_summary(out)
+    if summary is not None and not summary.get("failed") and summary.get("data") == fingerprint:
+        log.info("%s: already finished, reading %s", task.name, out / runs.TASK_METRICS_FILE)
+        return TaskResult(task.name, out.name, summary)
+    runs.write_task_info(out, {"task": task.name, "path": str(task.path),
+                               "fingerprint": fingerprint})  # fmt: skip
+    started = time.perf_counter()
+    bm25_config = dataclasses.replace(config.retriever, spec="bm25")
+    bm25 = build_retriever(bm25_config, task, cache_dir, progress)
+    retriever = (
+        bm25
+        if config.retriever.spec == "bm25"
+        else build_retriever(config.retriever, task, cache_dir, progress)
+    )
+    ctx = AgentContext(
+        retriever=retriever,
+        first_stage=bm25,
+        corpus=task.corpus,
+        task=task.name,
+        llm=llm,
+        depth=config.eval.depth,
+        prompts=prompts,
+        options=config.options,
+    )
+    queries = _limited(task, config.limit)
+    qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
+    concurrency = config.llm.concurrency if config.llm else 4
+    records = await run_queries(
+        spec.build_graph(ctx),
+        queries,
+        runs.records_path(out),
+        concurrency=concurrency,
+        progress=progress,
+        label=f"{task.name} [{config.agent}]",
+    )
+    stages: dict[str, dict[str, float]] = {}
+    stage_dirs = [out]
+    evaluation = _score_stage(out, records, qrels, task, config)
+    stages[runs.AGENT_STAGE] = evaluation.mean
+    failed = {q: r["error"] for q, r in records.items() if r["error"]}
+    usage = _usage(records)
+    for i, stage_config in enumerate(config.rerank, 1):
+        folder = out / runs.stage_dir_name(i, stage_config.kind)
+        stage = STAGES[stage_config.kind].build(
+            _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir)
+        )
+        inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
+        records = await run_queries(
+            StageGraph(stage, inputs),
+            {q: queries[q] for q in inputs},
+            runs.records_path(folder),
+            concurrency=concurrency,
+            progress=progress,
+            label=f"{task.name} [{stage_config.kind}]",
+        )
+        failed.update({q: r["error"] for q, r in records.items() if r["error"]})
+        usage.add(_usage(records))
+        evaluation = _score_stage(folder, records, qrels, task, config)
+        stages[folder.name] = evaluation.mean
+        stage_dirs.append(folder)
+
+    seconds = time.perf_counter() - started
+    minutes = f"{seconds / 60:.2f} minutes"
+    results = results_json(evaluation, task.name, default_run_name(config), minutes)
+    write_results_json(results, runs.results_path(out))
+    summary = {
+        "task": task.name,
+        "notes": task.notes,
+        "metrics": evaluation.mean,
+        "averaging": evaluation.describe(),
+        "queries": len(queries),
+        "failed": len(failed),
+        "failures": failed,
+        "usage": usage.to_dict(),
+        "searches_per_query": _searches_per_query(runs.read_records(runs.records_path(out))),
+        "seconds": round(seconds, 3),
+        "data": fingerprint,
+        "stages": stages,
+        "final_stage": stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
+    }
+    if spec.name != "none":
+        base_run = _final_run(baseline_run(bm25, queries, config.eval.depth), task, config)
+        base = evaluate(qrels, base_run, missing=config.eval.missing, ties=config.eval.ties)
+        summary["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}
+    runs.write_task_summary(out, summary)  # last: with failed == 0 it marks the task done
+    return TaskResult(task.name, out.name, summary, records)
+
+
+def _score_stage(
+    folder: Path, records: dict, qrels: dict, task: Task, config: RunConfig
+) -> Evaluation:
+    """One stage's ranked lists scored, and written beside its records."""
+    run = _final_run({q: ranking_of(r) for q, r in records.items() if not r["error"]}, task, config)
+    evaluation = evaluate(qrels, run, missing=config.eval.missing, ties=config.eval.ties)
+    tag = f"r2med-agents-{safe_name(config.agent)}"
+    write_run(run, runs.run_trec_path(folder), tag=tag, depth=config.eval.depth,
+              ties=config.eval.ties)  # fmt: skip
+    runs.write_per_query(folder, evaluation.per_query)
+    return evaluation
+
+
+def _usage(records: dict) -> Usage:
+    return Usage.total(Usage.from_dict(r["usage"]) for r in records.values())
+
+
+def _limited(task: Task, limit: int | None) -> dict[str, str]:
+    return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
+
+
+def baseline_run(bm25: Retriever, queries: dict[str, str], depth: int) -> dict:
+    return {q: bm25.search(SearchRequest(query=text), depth) for q, text in queries.items()}
+
+
+def _final_run(run: dict, task: Task, config: RunConfig) -> dict:
+    return pad_run(run, list(task.corpus), config.eval.depth) if config.eval.pad else run
+
+
+def _searches_per_query(records: dict) -> float:
+    """Searches the agent chose to make (its state's count, not its final ranking's)."""
+    return round(sum(r.get("searches", 0) for r in records.values()) / max(1, len(records)), 3)

@@ -1,0 +1,46 @@
+"""Rerank stages: each takes the previous stage's ranked list per query and returns a new one.
+
+A stage kind is one module here plus one entry in `agents.registry.STAGES`; its builder gets a
+`StageContext` and returns an object with ``async rerank(query_id, query, ranking) -> dict``,
+the dict holding the new ``ranking`` (doc id -> score, decreasing) and the ``steps`` of its
+trace, as an agent graph's final state does. The pipeline runs a stage over the saved
+records of the stage before it and saves its own, so a stage never recomputes earlier work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from prompts import PromptBook
+
+
+@dataclass
+class StageContext:
+    corpus: Mapping[str, str]  # doc id -> text
+    task: str
+    options: Mapping[str, Any]  # complete and checked (agents.config.typed_options)
+    llm: Any = None  # agents.llm.LLM for the stages that call a model
+    depth: int = 100
+    prompts: PromptBook = field(default_factory=PromptBook)
+    cache_dir: Path | None = None
+
+
+class Stage(Protocol):
+    async def rerank(
+        self, query_id: str, query: str, ranking: Mapping[str, float]
+    ) -> dict[str, Any]: ...
+
+
+@dataclass
+class StageGraph:
+    """A stage over fixed input rankings, shaped like a compiled graph for the query runner."""
+
+    stage: Stage
+    rankings: Mapping[str, Mapping[str, float]]  # query id -> the previous stage's ranking
+
+    async def ainvoke(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        query_id = state["query_id"]
+        return await self.stage.rerank(query_id, state["query"], self.rankings[query_id])

@@ -1,0 +1,393 @@
+"""The layout of a run folder, and the one module that reads and writes it.
+
+::
+
+    <run>/config.json                the configuration the folder is bound to
+    <run>/metrics.json               {task folder: that task's summary}, in run order
+    <run>/leaderboard.md             R2MED's task order, x100
+    <run>/<task>/task.json           the data the task was run on (name, path, fingerprint)
+    <run>/<task>/queries.jsonl       one record per answered query, appended as it finishes
+    <run>/<task>/run.trec            the agent's ranking (top depth)
+    <run>/<task>/per_query.jsonl     its per-query metrics
+    <run>/<task>/results.json        R2MED's results layout
+    <run>/<task>/metrics.json        the task's summary, written last: it marks the task done
+    <run>/<task>/rerank-<i>-<kind>/  a later stage: its own queries.jsonl, run.trec and
+                                     per_query.jsonl, made from the stage before it
+
+A task whose ranking went through later stages says so in its metrics.json:
+``"stages": {"agent" or stage folder: metrics}`` and ``"final_stage": <its folder name>``,
+and its ``"metrics"`` are the final stage's. Readers find the files to score through
+`final_stage_dir`, so a table shows the ranking the run ended with.
+
+The runner, `eval.compare`, `agents.trace` and `agents.sweep` all read and write through
+here (every write atomic and durable, see `eval.files`), which is why it sits below
+`agents` and imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from eval.files import describe_os_error, safe_name, write_json, write_text
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.json"
+RUN_METRICS_FILE = "metrics.json"
+LEADERBOARD_FILE = "leaderboard.md"
+LOCK_FILE = ".lock"
+TASK_FILE = "task.json"
+RECORDS_FILE = "queries.jsonl"
+RUN_TREC_FILE = "run.trec"
+PER_QUERY_FILE = "per_query.jsonl"
+RESULTS_FILE = "results.json"
+TASK_METRICS_FILE = "metrics.json"
+
+AGENT_STAGE = "agent"  # the name the first stage goes by in a task's "stages"
+_STAGE_DIR = re.compile(r"rerank-(\d+)-(.+)")
+# Any of these makes a sub-folder a task folder (a task can stop after writing any of them).
+_TASK_MARKERS = (TASK_FILE, RECORDS_FILE, RUN_TREC_FILE, PER_QUERY_FILE, TASK_METRICS_FILE)
+
+
+# ---- records (queries.jsonl) --------------------------------------------------------------
+
+
+def records_path(stage_dir: Path) -> Path:
+    """The ``queries.jsonl`` of a task folder or of one of its stage folders."""
+    return Path(stage_dir) / RECORDS_FILE
+
+
+def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """The last record of each query in a ``queries.jsonl``; a torn last line is ignored.
+
+    ``fields`` keeps only those keys of each record (traces can be large).
+    """
+    records: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a crash: that query simply runs again
+            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
+                record_id = record["query_id"]
+                if fields is not None:
+                    record = {k: record.get(k) for k in fields}
+                records[record_id] = record
+    return records
+
+
+def record_line(record: Mapping[str, Any]) -> str:
+    """One record as the line appended to ``queries.jsonl`` (the caller flushes and fsyncs)."""
+    return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+# ---- the run: config, summary, leaderboard --------------------------------------------------
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """The run's ``config.json``.
+
+    FileNotFoundError when there is none (not a run folder, or a new one); a one-line
+    ValueError naming the file when it cannot be read or is not a JSON object.
+    """
+    return _read_object(Path(run_dir) / CONFIG_FILE)
+
+
+def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
+    write_json(Path(run_dir) / CONFIG_FILE, dict(config))
+
+
+def read_run_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``metrics.json`` ({task folder: summary}); None when absent or damaged."""
+    return _read_derived(Path(run_dir) / RUN_METRICS_FILE)
+
+
+def write_run_summary(run_dir: Path, by_task: Mapping[str, Mapping[str, Any]]) -> None:
+    write_json(Path(run_dir) / RUN_METRICS_FILE, dict(by_task))
+
+
+def write_leaderboard(run_dir: Path, markdown: str) -> None:
+    write_text(Path(run_dir) / LEADERBOARD_FILE, markdown)
+
+
+def task_dirs(run_dir: Path) -> list[Path]:
+    """The run's task folders: in the order its metrics.json lists them, then the rest sorted.
+
+    A task folder is a sub-folder holding any file a task writes; others are ignored.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = {
+        p.name: p
+        for p in run_dir.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and _is_task_dir(p)
+    }
+    listed = [found.pop(name) for name in read_run_summary(run_dir) or {} if name in found]
+    return listed + [found[name] for name in sorted(found)]
+
+
+def _is_task_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in _TASK_MARKERS)
+
+
+# ---- one task: task.json, metrics.json, results.json ----------------------------------------
+
+
+def read_task_info(task_dir: Path) -> dict[str, Any] | None:
+    """``task.json`` (which data the task was run on); None when absent.
+
+    A damaged one raises a one-line ValueError naming it: without it nobody can tell whether
+    the saved records answer the data given now, so it is not silently ignored.
+    """
+    try:
+        return _read_object(Path(task_dir) / TASK_FILE)
+    except FileNotFoundError:
+        return None
+
+
+def write_task_info(task_dir: Path, info: Mapping[str, Any]) -> None:
+    write_json(Path(task_dir) / TASK_FILE, dict(info))
+
+
+def read_task_summary(task_dir: Path) -> dict[str, Any] | None:
+    """The task's ``metrics.json``; None when absent or damaged (it is derived, so the
+    runner recomputes it from the saved records)."""
+    return _read_derived(Path(task_dir) / TASK_METRICS_FILE)
+
+
+def write_task_summary(task_dir: Path, summary: Mapping[str, Any]) -> None:
+    """Write the task's summary; written last, with no failures it marks the task done."""
+    write_json(Path(task_dir) / TASK_METRICS_FILE, dict(summary))
+
+
+def results_path(task_dir: Path) -> Path:
+    """Where the task's R2MED-layout ``results.json`` goes (`eval.report.write_results_json`)."""
+    return Path(task_dir) / RESULTS_FILE
+
+
+# ---- stages: run.trec and per_query.jsonl ---------------------------------------------------
+
+
+def stage_dir_name(index: int, kind: str) -> str:
+    """The folder of the ``index``-th rerank stage (from 1) of ``kind``: "rerank-1-llm"."""
+    if index < 1:
+        raise ValueError(f"stage index must be at least 1, got {index}")
+    return f"rerank-{index}-{safe_name(kind)}"
+
+
+def stage_dirs(task_dir: Path) -> list[Path]:
+    """The task's rerank stage folders present on disk, in stage order."""
+    task_dir = Path(task_dir)
+    if not task_dir.is_dir():
+        return []
+    stages = [(_stage_index(p.name), p.name, p) for p in task_dir.iterdir() if p.is_dir()]
+    return [p for index, _, p in sorted(s for s in stages if s[0] is not None)]
+
+
+def stage_chain(task_dir: Path) -> list[Path]:
+    """The task folder (the agent's stage) and each later stage up to the final one, in order.
+
+    The final stage is the one the task's metrics.json names. A task without that file has
+    not finished, so every stage present counts; one whose metrics.json names no stage
+    ended with the agent's ranking. ValueError when it names something that is not a stage
+    folder of this task (a path there would lead reads outside the run).
+    """
+    task_dir = Path(task_dir)
+    stages = stage_dirs(task_dir)
+    summary = read_task_summary(task_dir)
+    if summary is None:
+        return [task_dir, *stages]
+    final = summary.get("final_stage", AGENT_STAGE)
+    if final == AGENT_STAGE:
+        return [task_dir]
+    index = _stage_index(final) if isinstance(final, str) else None
+    if index is None:
+        raise ValueError(
+            f"{task_dir / TASK_METRICS_FILE}: final_stage {final!r} is not a stage folder "
+            f"({AGENT_STAGE!r} or rerank-<i>-<kind>)"
+        )
+    earlier = [p for p in stages if (_stage_index(p.name) or 0) < index]
+    return [task_dir, *earlier, task_dir / final]
+
+
+def final_stage_dir(task_dir: Path) -> Path:
+    """Where the task's final ranking is: the task folder itself when it has no later stage."""
+    return stage_chain(task_dir)[-1]
+
+
+def _stage_index(name: str) -> int | None:
+    match = _STAGE_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def run_trec_path(stage_dir: Path) -> Path:
+    """The ``run.trec`` of a task folder or stage folder (`eval.trec` reads and writes it)."""
+    return Path(stage_dir) / RUN_TREC_FILE
+
+
+def per_query_path(stage_dir: Path) -> Path:
+    return Path(stage_dir) / PER_QUERY_FILE
+
+
+def read_per_query(stage_dir: Path) -> dict[str, dict[str, float]]:
+    """``{query id: {metric: value}}`` from a ``per_query.jsonl``; {} when there is none.
+
+    A bad line raises a one-line ValueError naming the file and line: these are the scores
+    tables are made of, so a damaged file is reported rather than guessed around.
+    """
+    path = per_query_path(stage_dir)
+    if not path.is_file():
+        return {}
+    rows: dict[str, dict[str, float]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            query_id = str(row.pop("query_id"))
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
+            raise ValueError(f"{path}, line {number}: not a per-query row") from None
+        rows[query_id] = row
+    return rows
+
+
+def per_query_text(per_query: Mapping[str, Mapping[str, float]]) -> str:
+    """``per_query.jsonl`` content: ``{"query_id": ..., <metric>: value, ...}`` per line,
+    unrounded so the values can be re-averaged and tested for significance."""
+    return "".join(json.dumps({"query_id": q, **v}) + "\n" for q, v in per_query.items())
+
+
+def write_per_query(stage_dir: Path, per_query: Mapping[str, Mapping[str, float]]) -> None:
+    """Write a stage's per-query metrics (e.g. ``Evaluation.per_query``)."""
+    write_text(per_query_path(stage_dir), per_query_text(per_query))
+
+
+# ---- reading JSON files ---------------------------------------------------------------------
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: damaged, cannot be read ({type(e).__name__})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({describe_os_error(e)})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: damaged, not a JSON object")
+    return value
+
+
+def _read_derived(path: Path) -> dict[str, Any] | None:
+    try:
+        return _read_object(path)
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        log.warning("%s; ignoring it (it is derived from the saved records)", e)
+        return None
+
+
+# ---- run names ------------------------------------------------------------------------------
+# Both names are built from a serialised config (config.json), so that a folder can be named
+# before a run and labelled after it by the same rule. Two shapes are read: the flat one
+# ("retriever": "bm25", "bm25_method", "model", "ties", "pad") and the nested one
+# ("retriever": {"spec", "bm25": {"method"}}, "llm": {"model"}, "eval": {"ties", "pad"}).
+
+
+def prompt_version(prompts: Mapping[str, str]) -> str:
+    """A short hash naming the exact prompt texts of a run ("-" when it uses none)."""
+    if not prompts:
+        return "-"
+    return hashlib.sha256(json.dumps(dict(prompts), sort_keys=True).encode()).hexdigest()[:7]
+
+
+def run_label(config: Mapping[str, Any]) -> str:
+    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e".
+
+    Runs without an LLM have no model or prompt part ("none lucene"); each rerank stage adds
+    "rerank:<kind>". Used where runs are shown side by side (`eval.compare`);
+    `run_folder_name` names their folders.
+    """
+    parts = _name_parts(config)
+    prompts = config.get("prompts")
+    if prompts:
+        parts.append(f"p:{prompt_version(prompts)}")
+    parts += [f"rerank:{kind}" for kind in _stage_kinds(config)]
+    return " ".join(parts)
+
+
+def run_folder_name(
+    config: Mapping[str, Any], defaults: Mapping[str, Any], variant: str | None = None
+) -> str:
+    """The default run folder name: the settings that tell runs apart, as one safe name.
+
+    agent, retriever, model, ``variant`` (a sweep's name for its prompt set), dataset, then
+    the settings that change the output: limit, padding, tie order, every agent option that
+    differs from ``defaults`` (the agent's own) and each rerank stage, so that e.g. the three
+    final-ranking modes of one agent sit side by side instead of refusing each other's folder.
+    """
+    parts = _name_parts(config)
+    if variant:
+        parts.append(variant)
+    dataset = str(config.get("dataset", "?"))
+    parts.append(Path(dataset).name or dataset)
+    if config.get("limit"):
+        parts.append(f"limit{config['limit']}")
+    if _setting(config, "pad", "eval.pad"):
+        parts.append("pad")
+    ties = _setting(config, "ties", "eval.ties") or "trec"
+    if ties != "trec":
+        parts.append(f"ties={ties}")
+    options = config.get("options") or {}
+    parts += [f"{k}={v}" for k, v in options.items() if v != defaults.get(k)]
+    parts += [f"rerank={kind}" for kind in _stage_kinds(config)]
+    return safe_name("-".join(parts))
+
+
+def _name_parts(config: Mapping[str, Any]) -> list[str]:
+    """agent, retriever (BM25 by its method, which is what tells BM25 runs apart), model."""
+    parts = [str(config.get("agent", "?")), _retriever_name(config)]
+    model = _setting(config, "model", "llm.model")
+    if model:
+        parts.append(str(model).split("/")[-1])
+    return parts
+
+
+def _retriever_name(config: Mapping[str, Any]) -> str:
+    retriever = config.get("retriever", "?")
+    if isinstance(retriever, Mapping):
+        spec = retriever.get("spec", "?")
+        method = _setting(retriever, "bm25.method")
+    else:
+        spec, method = retriever, config.get("bm25_method")
+    return str(method) if spec == "bm25" and method else str(spec)
+
+
+def _stage_kinds(config: Mapping[str, Any]) -> list[str]:
+    stages = config.get("rerank") or ()
+    return [str(s.get("kind", "?")) if isinstance(s, Mapping) else str(s) for s in stages]
+
+
+def _setting(config: Mapping[str, Any], *paths: str) -> Any:
+    """The value at the first of the dotted ``paths`` that ``config`` has, else None."""
+    for path in paths:
+        value: Any = config
+        for key in path.split("."):
+            if not isinstance(value, Mapping) or key not in value:
+                break
+            value = value[key]
+        else:
+            return value
+    return None

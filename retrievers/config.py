@@ -1,0 +1,398 @@
+"""Every retriever setting in one typed, validated object: `RetrieverConfig`.
+
+Defaults and checks live here and only here. Each dataclass checks its fields in
+``__post_init__`` and raises ``ValueError`` naming the field (``dense.batch_size: must be a
+positive integer, got 0``); numbers may be given as text (``"32"``), as a flag or a sweep
+file gives them, and are stored as numbers. `RetrieverConfig.to_dict` gives plain JSON data
+and `RetrieverConfig.from_dict` takes it back, refusing unknown keys by name, so a
+configuration written to ``config.json`` loads as the same object.
+
+Each field's ``metadata["help"]`` is one line for a CLI to show; `RETRIEVERS` describes the
+forms a spec can take.
+
+This module is also where the settings' vocabulary lives (BM25 methods and their default
+parameters, dtypes, devices, instruction sets, fusion methods, the default sizes): the
+retriever modules import it from here. It imports nothing heavier than ``eval.argtypes``, so
+a CLI can list every choice and default without loading numpy, scipy, torch or litellm.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from eval.argtypes import non_negative_float, non_negative_int, positive_int, unit_float
+
+# --- the vocabulary ---------------------------------------------------------------------------
+
+BM25_DEFAULTS: dict[str, dict[str, float]] = {
+    "bm25q": {"k1": 0.9, "b": 0.4},
+    "lucene": {"k1": 0.9, "b": 0.4},
+    "okapi": {"k1": 1.5, "b": 0.75, "epsilon": 0.25},
+}
+BM25_METHODS: tuple[str, ...] = tuple(BM25_DEFAULTS)
+
+DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+# bf16 by default: on the 2-core AMD EPYC dev box (avx512_bf16), with other jobs running,
+# bench/embed_bench.py measured bf16 1.3x (2 torch threads) to 2.8x (1 thread) the docs/s of
+# fp32 on 500 SciFact docs; doc embeddings agree to cosine >= 0.9999, top-10 lists overlap
+# 99.1% over the 300 SciFact queries, and full-SciFact nDCG@10 is 0.6445 (bf16) vs 0.6451
+# (fp32). CPUs without native bf16 may be slower in bf16: pass dtype="fp32" there.
+DEFAULT_DTYPE = "bf16"
+DTYPES = ("auto", "fp32", "bf16")  # auto: DEFAULT_DTYPE
+DENSE_BATCH_SIZE = 32
+# "r2med": R2MED's instruction table (instructions.json); "none": no instruction text at all.
+INSTRUCTION_SETS = ("r2med", "none")
+DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:<N>", "mps")
+_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?|mps")
+
+API_BATCH_SIZE = 64
+
+FUSION_METHODS: dict[str, str] = {
+    "rrf": "reciprocal-rank fusion, sum of 1 / (k + rank); ranks only",
+    "combsum": "CombSUM: sum of min-max normalised scores",
+    "combmnz": "CombMNZ: CombSUM times the number of lists holding the document",
+}
+RRF_K = 60  # the paper's constant and ranx's default
+# How deep each member list goes: a fusion of k-deep lists would miss documents that one
+# member ranks just below k but another ranks high.
+MIN_DEPTH = 100
+
+
+@dataclass(frozen=True)
+class RetrieverKind:
+    """One kind of retriever a spec can name: adding a retriever is its module plus one of
+    these in `RETRIEVER_KINDS` (its builder is imported only when a run builds it)."""
+
+    arg: str  # "none" (bm25), "optional" (dense[:model]) or "required" (api:<model>)
+    builder: str  # "module:function" taking (part, config, task, cache_dir, progress, device)
+
+
+RETRIEVER_KINDS: dict[str, RetrieverKind] = {
+    "bm25": RetrieverKind("none", "retrievers.search:build_bm25_member"),
+    "dense": RetrieverKind("optional", "retrievers.search:build_dense_member"),
+    "api": RetrieverKind("required", "retrievers.search:build_api_member"),
+}
+
+RETRIEVERS: dict[str, str] = {
+    "bm25": "BM25 over the corpus (bm25q by default, as R2MED scores it)",
+    "dense": f"sentence-transformers embedder, default {DEFAULT_DENSE_MODEL} (offline)",
+    "dense:<model>": "sentence-transformers embedder by hub name or local path",
+    "api:<model>": "litellm embedding model, e.g. api:text-embedding-3-large",
+    "<a>+<b>[+...]": "fusion of the listed retrievers (fusion.method), e.g. bm25+dense",
+}
+
+# A param with such a name is a secret, and a config is written to disk (config.json).
+_CREDENTIAL = re.compile(r"key|token|secret|password|credential|auth", re.IGNORECASE)
+# Set by the retriever itself, or by their own field.
+_RESERVED_PARAMS = {
+    "model": "set by the spec (api:<model>)",
+    "input": "the texts, set by the retriever",
+    "api_base": "use api.api_base",
+    "base_url": "use api.api_base",
+}
+
+
+def is_device(device: object) -> bool:
+    """Whether ``device`` is one of `DEVICE_FORMS` (``cuda:<N>`` with any N)."""
+    return isinstance(device, str) and _DEVICE.fullmatch(device) is not None
+
+
+# --- checks ------------------------------------------------------------------------------
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+def _fail(where: str, problem: str) -> ValueError:
+    return ValueError(f"{where}: {problem}")
+
+
+def _check(config: object, name: str, where: str, checker: Callable[[object], object]) -> None:
+    """Check field ``name`` with ``checker`` and store what it returns (text -> number)."""
+    try:
+        value = checker(getattr(config, name))
+    except ValueError as e:
+        raise _fail(f"{where}.{name}", str(e)) from None
+    object.__setattr__(config, name, value)
+
+
+def _optional(checker: Callable[[object], object]) -> Callable[[object], object]:
+    return lambda value: None if value is None else checker(value)
+
+
+def _choice(choices: tuple[str, ...] | Mapping[str, str]) -> Callable[[object], str]:
+    def check(value: object) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _from_mapping(cls: type, data: object, where: str, **nested: Any) -> Any:
+    """``cls(**data)``, with unknown keys refused and every message rooted at ``where``."""
+    if not isinstance(data, Mapping):
+        raise _fail(where, f"expected a table of settings, got {data!r}")
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(str(k) for k in set(data) - set(known))
+    if unknown:
+        raise _fail(f"{where}.{unknown[0]}", f"unknown setting; known: {', '.join(known)}")
+    try:
+        return cls(**{**data, **nested})
+    except ValueError as e:
+        # The dataclass names fields from its own section ("dense.device"); a nested config
+        # is known by its full path ("retriever.dense.device").
+        message = str(e)
+        section = f"{cls.SECTION}."
+        if message.startswith(section) and where != cls.SECTION:
+            message = f"{where}.{message.removeprefix(section)}"
+        raise ValueError(message) from None
+
+
+@dataclass(frozen=True)
+class BM25Config:
+    SECTION: ClassVar[str] = "bm25"
+
+    method: str = field(
+        default="bm25q",
+        metadata=_help(f"BM25 variant: {', '.join(BM25_METHODS)} (bm25q is R2MED's)"),
+    )
+    k1: float | None = field(
+        default=None, metadata=_help("BM25 k1 >= 0 (default: the method's own)")
+    )
+    b: float | None = field(
+        default=None, metadata=_help("BM25 b in [0, 1] (default: the method's)")
+    )
+
+    def __post_init__(self) -> None:
+        _check(self, "method", self.SECTION, _choice(BM25_METHODS))
+        _check(self, "k1", self.SECTION, _optional(non_negative_float))
+        _check(self, "b", self.SECTION, _optional(unit_float))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> BM25Config:
+        return _from_mapping(cls, data, where)
+
+
+def _device(value: object) -> str:
+    if not is_device(value):
+        raise ValueError(f"must be one of {', '.join(DEVICE_FORMS)}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DenseConfig:
+    SECTION: ClassVar[str] = "dense"
+
+    device: str = field(
+        default="auto",
+        metadata=_help("torch device: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N, mps"),
+    )
+    dtype: str = field(
+        default="auto",
+        metadata=_help(f"weights dtype: {', '.join(DTYPES)} (auto: {DEFAULT_DTYPE})"),
+    )
+    batch_size: int = field(
+        default=DENSE_BATCH_SIZE, metadata=_help("texts per forward pass when encoding")
+    )
+    max_length: int | None = field(
+        default=None, metadata=_help("max tokens per text (default: the model's own)")
+    )
+    instructions: str = field(
+        default="r2med",
+        metadata=_help("instruction set: r2med (R2MED's per model and task) or none"),
+    )
+
+    def __post_init__(self) -> None:
+        _check(self, "device", self.SECTION, _device)
+        _check(self, "dtype", self.SECTION, _choice(DTYPES))
+        _check(self, "batch_size", self.SECTION, positive_int)
+        _check(self, "max_length", self.SECTION, _optional(positive_int))
+        _check(self, "instructions", self.SECTION, _choice(INSTRUCTION_SETS))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> DenseConfig:
+        return _from_mapping(cls, data, where)
+
+
+def _api_base(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise ValueError(f"expected a URL, got {value!r}")
+    return value
+
+
+def _params(value: object) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a table of litellm embedding arguments, got {value!r}")
+    for name in value:
+        if not isinstance(name, str):
+            raise ValueError(f"argument names must be strings, got {name!r}")
+        if name in _RESERVED_PARAMS:
+            raise ValueError(f"{name!r} cannot be set here: {_RESERVED_PARAMS[name]}")
+    if secret := _credential_name(value):
+        raise ValueError(
+            f"{secret!r} looks like a credential; keys come from the environment, never "
+            "from a config (it is written to config.json)"
+        )
+    try:
+        # A copy through JSON: the config owns its params, and they survive config.json.
+        return json.loads(json.dumps(dict(value), allow_nan=False))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"must be JSON-serialisable: {e}") from None
+
+
+def _credential_name(value: object, path: str = "") -> str | None:
+    """The first key, at any depth (e.g. ``extra_headers.Authorization``), naming a secret."""
+    if not isinstance(value, Mapping):
+        return None
+    for name, inner in value.items():
+        where = f"{path}{name}"
+        if _CREDENTIAL.search(str(name)):
+            return where
+        if found := _credential_name(inner, f"{where}."):
+            return found
+    return None
+
+
+@dataclass(frozen=True)
+class ApiEmbedConfig:
+    SECTION: ClassVar[str] = "api"
+
+    api_base: str | None = field(
+        default=None, metadata=_help("embedding server URL (default: the provider's)")
+    )
+    batch_size: int = field(default=API_BATCH_SIZE, metadata=_help("texts per embedding request"))
+    # hash=False: a dict cannot be hashed; equality still compares it.
+    params: dict[str, Any] = field(
+        default_factory=dict,
+        hash=False,
+        metadata=_help('extra litellm embedding arguments, e.g. {"dimensions": 1024}'),
+    )
+
+    def __post_init__(self) -> None:
+        _check(self, "api_base", self.SECTION, _api_base)
+        _check(self, "batch_size", self.SECTION, positive_int)
+        _check(self, "params", self.SECTION, _params)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> ApiEmbedConfig:
+        return _from_mapping(cls, data, where)
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    SECTION: ClassVar[str] = "fusion"
+
+    method: str = field(
+        default="rrf",
+        metadata=_help(f"how a+b lists are fused: {', '.join(FUSION_METHODS)}"),
+    )
+    k: int = field(default=RRF_K, metadata=_help("RRF's k in 1 / (k + rank); rrf only"))
+    depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
+
+    def __post_init__(self) -> None:
+        _check(self, "method", self.SECTION, _choice(FUSION_METHODS))
+        _check(self, "k", self.SECTION, non_negative_int)
+        _check(self, "depth", self.SECTION, positive_int)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> FusionConfig:
+        return _from_mapping(cls, data, where)
+
+
+@dataclass(frozen=True)
+class SpecPart:
+    """One member of a spec: ``kind`` (bm25, dense, api), its argument and its text."""
+
+    kind: str
+    arg: str
+    text: str
+
+
+def parse_spec(spec: object) -> tuple[SpecPart, ...]:
+    """The members of a retriever spec; ValueError for one `build_retriever` would refuse."""
+    if not isinstance(spec, str):
+        raise ValueError(f"expected a retriever spec string, got {spec!r}")
+    parts = []
+    for text in (p.strip() for p in spec.split("+")):
+        kind, _, arg = text.partition(":")
+        known = RETRIEVER_KINDS.get(kind)
+        if known is None or (known.arg == "none" and arg) or (known.arg == "required" and not arg):
+            raise ValueError(f"unknown retriever {text!r}; valid: {', '.join(RETRIEVERS)}")
+        parts.append(SpecPart(kind, arg, text))
+    return tuple(parts)
+
+
+_SUBCONFIGS = {
+    "bm25": BM25Config,
+    "dense": DenseConfig,
+    "api": ApiEmbedConfig,
+    "fusion": FusionConfig,
+}
+
+
+@dataclass(frozen=True)
+class RetrieverConfig:
+    """A retriever spec and the settings of each kind; a sub-config applies to every member
+    of its kind (both dense models of ``dense:a+dense:b`` share ``dense``)."""
+
+    SECTION: ClassVar[str] = "retriever"
+
+    spec: str = field(
+        default="bm25",
+        metadata=_help("bm25, dense, dense:<model or path>, api:<model>, or a+b+... fused"),
+    )
+    bm25: BM25Config = field(default_factory=BM25Config, metadata=_help("BM25 settings"))
+    dense: DenseConfig = field(
+        default_factory=DenseConfig, metadata=_help("sentence-transformers settings")
+    )
+    api: ApiEmbedConfig = field(
+        default_factory=ApiEmbedConfig, metadata=_help("API embedder settings")
+    )
+    fusion: FusionConfig = field(
+        default_factory=FusionConfig, metadata=_help("fusion settings for a+b specs")
+    )
+
+    def __post_init__(self) -> None:
+        try:
+            parse_spec(self.spec)
+        except ValueError as e:
+            raise _fail(f"{self.SECTION}.spec", str(e)) from None
+        for name, cls in _SUBCONFIGS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                raise _fail(
+                    f"{self.SECTION}.{name}",
+                    f"expected a {cls.__name__}, got {type(value).__name__} {value!r}",
+                )
+
+    @property
+    def parts(self) -> tuple[SpecPart, ...]:
+        return parse_spec(self.spec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data; `from_dict` gives an equal config back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> RetrieverConfig:
+        """The config ``data`` describes; missing keys take their defaults.
+
+        ``where`` roots the error messages, e.g. ``"first_stage.retriever"`` when this config
+        is nested in a larger one.
+        """
+        if not isinstance(data, Mapping):
+            raise _fail(where, f"expected a table of settings, got {data!r}")
+        nested = {
+            name: sub.from_dict(data[name], f"{where}.{name}")
+            for name, sub in _SUBCONFIGS.items()
+            if name in data
+        }
+        return _from_mapping(cls, data, where, **nested)
