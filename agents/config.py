@@ -430,11 +430,10 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
             api=ApiEmbedConfig(**groups.get("retriever.api", {})),
             fusion=FusionConfig(**groups.get("retriever.fusion", {})),
         )
-    except ConfigError:
-        raise
-    except ValueError as e:
+    except ValueError as e:  # its messages name the field within it ("dense.batch_size")
+        message = str(e)
         raise ConfigError(
-            f"retriever.{e}" if not str(e).startswith("retriever") else str(e)
+            message if message.startswith("retriever.") else f"retriever.{message}"
         ) from None
     llm = LLMConfig(**groups["llm"]) if "llm" in groups else None
     return RunConfig(

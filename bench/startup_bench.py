@@ -19,12 +19,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from itertools import count
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str] | Callable[[], list[str]], env: dict[str, str]) -> float:
+    argv = argv() if callable(argv) else argv
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -47,8 +50,14 @@ def main() -> int:
         none_run = [py, "-m", "agents.run", "--agent", "none", "--runs-dir", str(runs_dir),
                     "--run-name", "startup", "--quiet"]  # fmt: skip
         timed(none_run, env)  # builds the demo's BM25 index once; the rows below reuse it
+        fresh = count()
+
+        def fresh_run() -> list[str]:  # a new run folder each time: the whole run, not a resume
+            return [*none_run[:-3], "--run-name", f"fresh-{next(fresh)}", "--quiet"]
+
         commands = {
             "agents.run --help": [py, "-m", "agents.run", "--help"],
+            "agents.run --agent none (demo, new run folder)": fresh_run,
             "agents.run --agent none (demo, resumed)": none_run,
             "agents.trace (a query of that run)": [
                 py, "-m", "agents.trace", str(runs_dir / "startup"), "q01",

@@ -40,6 +40,7 @@ EXPECTED: dict[str, list[str]] = {
     "startup_bench.py": [
         rf"^  reference: a process importing litellm \+ langgraph +{NUM} s",
         rf"^  agents\.run --help +{NUM} s +{NUM}x faster",
+        rf"^  agents\.run --agent none \(demo, new run folder\) +{NUM} s +{NUM}x faster",
         rf"^  agents\.run --agent none \(demo, resumed\) +{NUM} s +{NUM}x faster",
         rf"^  agents\.trace \(a query of that run\) +{NUM} s +{NUM}x faster",
     ],
