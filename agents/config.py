@@ -446,11 +446,18 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
 
 
 def parse_stage(text: str) -> StageConfig:
-    """``"kind,key=value,..."`` -> a StageConfig (options typed by the stage's defaults)."""
+    """``"kind[:model],key=value,..."`` -> a StageConfig (options typed by the stage's
+    defaults); ``cross:BAAI/bge-reranker-v2-m3`` is ``cross`` with option model=...."""
     if isinstance(text, StageConfig):
         return text
-    kind, *pairs = [p.strip() for p in str(text).split(",")]
-    return StageConfig(kind, _pairs(pairs, f"rerank {kind}"))
+    head, *pairs = [p.strip() for p in str(text).split(",")]
+    kind, colon, model = head.partition(":")
+    options = _pairs(pairs, f"rerank {kind}")
+    if colon:
+        if "model" in options:
+            raise ConfigError(f"rerank {text!r}: the model is given twice")
+        options["model"] = model
+    return StageConfig(kind, options)
 
 
 def _pairs(items: Any, what: str) -> dict[str, Any]:

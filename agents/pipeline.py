@@ -160,8 +160,9 @@ def record_prompts(
 ) -> dict[str, str]:
     """Every prompt the run will send, by name and sha256, recorded as the graphs load them.
 
-    The graphs are built once per task without retrievers (building only loads prompts);
-    the same books then serve the real graphs, so the recorded text is the text sent.
+    The graphs (and the LLM stages) are built once per task without retrievers or a model:
+    building only loads prompts. The same books then serve the real graphs, which get each
+    prompt from the book's memory, so the recorded text is the text sent.
     """
     used: dict[str, str] = {}
     for task in tasks:
@@ -171,7 +172,8 @@ def record_prompts(
         )  # fmt: skip
         spec.build_graph(ctx)
         for stage in config.rerank:
-            STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
+            if STAGES[stage.kind].uses_llm:  # the others read no prompt (and may load models)
+                STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
         used.update(books[task.name].used)
     return dict(sorted(used.items()))
 

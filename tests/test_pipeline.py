@@ -263,3 +263,15 @@ def test_retriever_settings_on_the_command_line_reach_the_retriever(tmp_path, to
                             "params": {"dimensions": "256"}}  # fmt: skip
     assert saved["fusion"]["method"] == "combsum" and saved["fusion"]["k"] == 30
     assert cfg.from_dict({"retriever": saved}).retriever.dense == first.dense
+
+
+def test_a_stage_spec_names_its_model_after_a_colon(monkeypatch):
+    monkeypatch.setitem(
+        STAGES, "judge", StageSpec("judge", "test", Reverse, defaults={"model": "", "n": 1})
+    )
+    stage = cfg.parse_stage("judge:BAAI/bge-reranker-v2-m3,n=3")
+    assert stage == cfg.StageConfig("judge", {"model": "BAAI/bge-reranker-v2-m3", "n": 3})
+    with pytest.raises(cfg.ConfigError, match="given twice"):
+        cfg.parse_stage("judge:a,model=b")
+    with pytest.raises(cfg.ConfigError, match="unknown stage 'nope'"):
+        cfg.parse_stage("nope")
