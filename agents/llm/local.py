@@ -23,6 +23,7 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import asyncio
+import atexit
 import hashlib
 import importlib.metadata
 import json
@@ -273,6 +274,16 @@ class Generation:
 
 _loaded: dict[tuple[str, int], LoadedModel] = {}
 _loading = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    # Freed before the interpreter tears down llama_cpp's module globals; left to the
+    # garbage collector, every process that loaded a model ends with a TypeError from
+    # Llama.__del__ on stderr.
+    for loaded in _loaded.values():
+        loaded.llm.close()
+    _loaded.clear()
 
 
 def load_model(
