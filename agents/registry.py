@@ -103,5 +103,11 @@ AGENTS: dict[str, AgentSpec] = {
     ),
 }
 
-# Filled by the rerank issue (cross-encoders, LLM rerankers); tests register their own.
-STAGES: dict[str, StageSpec] = {}
+def _stages() -> dict[str, StageSpec]:
+    # imported here, after StageSpec exists: the stage modules name their own specs
+    from agents.rerank.listwise import INSERTRANK, LISTWISE
+
+    return {spec.name: spec for spec in (LISTWISE, INSERTRANK)}
+
+
+STAGES: dict[str, StageSpec] = _stages()

@@ -21,7 +21,7 @@ from agents.config import (
 )
 from agents.llm.errors import LLMAuthError
 from agents.pipeline import HEADLINE, RunResult, TaskResult, run
-from agents.registry import AGENTS
+from agents.registry import AGENTS, STAGES
 from eval.datasets import R2MED_TASKS, DataError
 from eval.files import describe_os_error
 from eval.report import leaderboard_markdown
@@ -49,6 +49,8 @@ def _epilog() -> str:
     return (
         "agents:\n"
         + rows({n: s.description for n, s in AGENTS.items()})
+        + "rerank stages (--rerank KIND[:model][,key=value...], in order):\n"
+        + rows({n: s.description for n, s in STAGES.items()})
         + "retrievers (join with '+' for reciprocal-rank fusion):\n"
         + rows(RETRIEVERS)
         + "datasets:\n"

@@ -187,8 +187,8 @@ def test_missing_placeholder_value_names_prompt_and_placeholder():
 def test_unknown_prompt_name_lists_known_ones():
     with pytest.raises(
         PromptError,
-        match="known prompts: hyde, lamer, query2doc, query2doc-examples, reason, search-o1, "
-        "search-r1, system",
+        match="known prompts: hyde, insertrank, lamer, query2doc, query2doc-examples, reason, "
+        "rerank-listwise, search-o1, search-r1, system",
     ):
         load_prompt("hide", "exam")
 
@@ -216,6 +216,21 @@ RULES = {
     "search-r1/chat": ({"observation"}, {"observation"}),
     "search-r1/final": (set(), set()),
     "system": (set(), set()),
+    "insertrank": ({"num", "query", "score_name"}, {"num", "query", "score_name"}),
+    "insertrank/rank": ({"num", "query", "score_name"}, {"num", "query", "score_name"}),
+    "insertrank/passage": (
+        {"passage", "rank", "score", "score_name"},
+        {"passage", "rank", "score", "score_name"},
+    ),
+    "insertrank/received": ({"rank"}, {"rank"}),
+    "insertrank/system": ({"score_name"}, {"score_name"}),
+    "insertrank/ready": (set(), set()),
+    "rerank-listwise": ({"num", "query"}, {"num", "query"}),
+    "rerank-listwise/rank": ({"num", "query"}, {"num", "query"}),
+    "rerank-listwise/passage": ({"passage", "rank"}, {"passage", "rank"}),
+    "rerank-listwise/received": ({"rank"}, {"rank"}),
+    "rerank-listwise/ready": (set(), set()),
+    "rerank-listwise/system": (set(), set()),
 }
 
 
