@@ -10,62 +10,17 @@ builds them, so naming an agent costs no import of LangGraph or an LLM library.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
-
 from agents.graphs.generate_retrieve import SPECS as GENERATE_SPECS
 from agents.graphs.search_loop import check_options as check_search_options
 from agents.graphs.search_o1 import DEFAULTS as SEARCH_O1_DEFAULTS
 from agents.graphs.search_o1 import PROMPTS as SEARCH_O1_PROMPTS
 from agents.graphs.search_r1 import DEFAULTS as SEARCH_R1_DEFAULTS
 from agents.graphs.search_r1 import PROMPTS as SEARCH_R1_PROMPTS
+from agents.rerank.cross import CROSS
+from agents.rerank.listwise import INSERTRANK, LISTWISE
+from agents.specs import AgentSpec, OptionSpec, StageSpec
 
-
-class OptionSpec(Protocol):
-    """What `agents.config.typed_options` needs of an agent or a stage."""
-
-    name: str
-    defaults: Mapping[str, Any]
-    check_options: Callable[[dict[str, Any]], None] | None
-
-
-def _resolve(target: str | Callable) -> Callable:
-    if callable(target):
-        return target
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-@dataclass(frozen=True)
-class AgentSpec:
-    name: str
-    description: str
-    builder: str | Callable[..., Any]  # "module:function" or the function; (ctx) -> graph
-    # prompt families it reads ("hyde", or one file of a family: "search-o1/documents"); the
-    # hashes a run records come from the prompts actually loaded, not from this list
-    prompts: tuple[str, ...] = ()
-    uses_llm: bool = True
-    defaults: dict[str, Any] = field(default_factory=dict)  # its options (--max-turns, ...)
-    check_options: Callable[[dict[str, Any]], None] | None = None  # raises ValueError
-    bound: tuple[Any, ...] = ()  # leading arguments of the builder (generate-retrieve specs)
-
-    def build_graph(self, ctx: Any) -> Any:
-        return _resolve(self.builder)(*self.bound, ctx)
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    name: str
-    description: str
-    builder: str | Callable[..., Any]  # (ctx) -> an object with async rerank(...)
-    uses_llm: bool = False
-    defaults: dict[str, Any] = field(default_factory=dict)
-    check_options: Callable[[dict[str, Any]], None] | None = None
-
-    def build(self, ctx: Any) -> Any:
-        return _resolve(self.builder)(ctx)
+__all__ = ["AGENTS", "STAGES", "AgentSpec", "OptionSpec", "StageSpec"]
 
 
 AGENTS: dict[str, AgentSpec] = {
@@ -103,11 +58,4 @@ AGENTS: dict[str, AgentSpec] = {
     ),
 }
 
-def _stages() -> dict[str, StageSpec]:
-    # imported here, after StageSpec exists: the stage modules name their own specs
-    from agents.rerank.listwise import INSERTRANK, LISTWISE
-
-    return {spec.name: spec for spec in (LISTWISE, INSERTRANK)}
-
-
-STAGES: dict[str, StageSpec] = _stages()
+STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK)}

@@ -17,8 +17,8 @@ from typing import Any
 # Light imports only: agents.registry pulls in agent graph modules, none of which import this
 # one, and agents.graphs.context needs no LLM library until a call is made.
 from agents.graphs.context import answer_text, llm_step
-from agents.registry import StageSpec
 from agents.rerank import StageContext
+from agents.specs import StageSpec
 
 # doc_words counts whitespace-separated words, which is what RankGPT's "max_length = 300"
 # actually cuts (`" ".join(content.split()[:300])`); it is not a tokenizer count.

@@ -1,0 +1,57 @@
+"""What an agent or a rerank stage is to a run: its name, builder, options and defaults.
+
+Kept apart from `agents.registry` (which lists them) so that a stage module can name its own
+spec without importing the registry that imports it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class OptionSpec(Protocol):
+    """What `agents.config.typed_options` needs of an agent or a stage."""
+
+    name: str
+    defaults: Mapping[str, Any]
+    check_options: Callable[[dict[str, Any]], None] | None
+
+
+def _resolve(target: str | Callable) -> Callable:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    name: str
+    description: str
+    builder: str | Callable[..., Any]  # "module:function" or the function; (ctx) -> graph
+    # prompt families it reads ("hyde", or one file of a family: "search-o1/documents"); the
+    # hashes a run records come from the prompts actually loaded, not from this list
+    prompts: tuple[str, ...] = ()
+    uses_llm: bool = True
+    defaults: dict[str, Any] = field(default_factory=dict)  # its options (--max-turns, ...)
+    check_options: Callable[[dict[str, Any]], None] | None = None  # raises ValueError
+    bound: tuple[Any, ...] = ()  # leading arguments of the builder (generate-retrieve specs)
+
+    def build_graph(self, ctx: Any) -> Any:
+        return _resolve(self.builder)(*self.bound, ctx)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    description: str
+    builder: str | Callable[..., Any]  # (ctx) -> an object with async rerank(...)
+    uses_llm: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict)
+    check_options: Callable[[dict[str, Any]], None] | None = None
+
+    def build(self, ctx: Any) -> Any:
+        return _resolve(self.builder)(ctx)
