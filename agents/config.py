@@ -28,9 +28,11 @@ from typing import Any
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url
 from eval.argtypes import (
-    CheckError,
+    check_field,
     non_negative_float,
     non_negative_int,
+    one_of,
+    optional,
     positive_float,
     positive_int,
     unit_float,
@@ -53,20 +55,6 @@ class ConfigError(ValueError):
     """A setting no run can use; the message names the setting."""
 
 
-def _check(owner: str, name: str, value: Any, checker: Callable[[Any], Any] | None) -> Any:
-    if value is None or checker is None:
-        return value
-    try:
-        return checker(value)
-    except CheckError as e:
-        raise ConfigError(f"{owner}{name}: {e}") from None
-
-
-def _choice(owner: str, name: str, value: Any, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{owner}{name}: must be one of {', '.join(choices)}, got {value!r}")
-
-
 @dataclass(frozen=True)
 class LLMConfig:
     model: str = DEFAULT_MODEL
@@ -79,13 +67,13 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         for name, checker in (
-            ("temperature", non_negative_float),
-            ("max_tokens", positive_int),
-            ("concurrency", positive_int),
-            ("rate_limit", positive_float),
+            ("temperature", optional(non_negative_float)),
+            ("max_tokens", optional(positive_int)),
+            ("concurrency", optional(positive_int)),
+            ("rate_limit", optional(positive_float)),
+            ("cache", one_of(CACHE_MODES)),
         ):
-            object.__setattr__(self, name, _check("llm.", name, getattr(self, name), checker))
-        _choice("llm.", "cache", self.cache, CACHE_MODES)
+            check_field(self, name, "llm", checker, ConfigError)
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"llm.model: expected a model name, got {self.model!r}")
 
@@ -98,9 +86,9 @@ class EvalConfig:
     pad: bool = False  # fill short rankings with zero-score docs in corpus order (R2MED)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "depth", _check("eval.", "depth", self.depth, positive_int))
-        _choice("eval.", "missing", self.missing, MISSING_POLICIES)
-        _choice("eval.", "ties", self.ties, TIE_ORDERS)
+        check_field(self, "depth", "eval", optional(positive_int), ConfigError)
+        check_field(self, "missing", "eval", one_of(MISSING_POLICIES), ConfigError)
+        check_field(self, "ties", "eval", one_of(TIE_ORDERS), ConfigError)
         if not isinstance(self.pad, bool):
             raise ConfigError(f"eval.pad: expected true or false, got {self.pad!r}")
 
@@ -141,7 +129,7 @@ class RunConfig:
             raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
         spec = AGENTS[self.agent]
         object.__setattr__(self, "options", typed_options(spec, self.options, "option"))
-        object.__setattr__(self, "limit", _check("", "limit", self.limit, positive_int))
+        check_field(self, "limit", "", optional(positive_int), ConfigError)
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
         object.__setattr__(self, "rerank", stages)
         needs_llm = spec.uses_llm or any(STAGES[s.kind].uses_llm for s in stages)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 
 class CheckError(argparse.ArgumentTypeError, ValueError):
@@ -54,3 +54,35 @@ non_negative_int: Callable[[object], int] = _bounded(int, 0, None, False, "an in
 positive_float: Callable[[object], float] = _bounded(float, 0, None, True, "a number > 0")
 non_negative_float: Callable[[object], float] = _bounded(float, 0, None, False, "a number >= 0")
 unit_float: Callable[[object], float] = _bounded(float, 0, 1, False, "a number in [0, 1]")
+
+
+def one_of(choices: Sequence[str] | Mapping[str, str]) -> Callable[[object], str]:
+    """A checker for a setting that takes one of ``choices`` (a mapping's keys)."""
+
+    def check(value: object) -> str:
+        if not isinstance(value, str) or value not in choices:
+            raise CheckError(f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def optional(checker: Callable[[object], object]) -> Callable[[object], object]:
+    """``checker`` for a setting that may also be None (unset)."""
+    return lambda value: None if value is None else checker(value)
+
+
+def check_field(
+    obj: object,
+    name: str,
+    where: str,
+    checker: Callable[[object], object],
+    error: type[ValueError] = ValueError,
+) -> None:
+    """Check a frozen dataclass's field with ``checker`` and store what it returns (text ->
+    number); a refusal is ``error`` naming the field as ``where.name``."""
+    try:
+        value = checker(getattr(obj, name))
+    except ValueError as e:
+        raise error(f"{where}.{name}: {e}" if where else f"{name}: {e}") from None
+    object.__setattr__(obj, name, value)

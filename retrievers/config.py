@@ -20,11 +20,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from eval.argtypes import non_negative_float, non_negative_int, positive_int, unit_float
+from eval.argtypes import (
+    check_field,
+    non_negative_float,
+    non_negative_int,
+    one_of,
+    optional,
+    positive_int,
+    unit_float,
+)
 
 # --- the vocabulary ---------------------------------------------------------------------------
 
@@ -112,28 +120,6 @@ def _fail(where: str, problem: str) -> ValueError:
     return ValueError(f"{where}: {problem}")
 
 
-def _check(config: object, name: str, where: str, checker: Callable[[object], object]) -> None:
-    """Check field ``name`` with ``checker`` and store what it returns (text -> number)."""
-    try:
-        value = checker(getattr(config, name))
-    except ValueError as e:
-        raise _fail(f"{where}.{name}", str(e)) from None
-    object.__setattr__(config, name, value)
-
-
-def _optional(checker: Callable[[object], object]) -> Callable[[object], object]:
-    return lambda value: None if value is None else checker(value)
-
-
-def _choice(choices: tuple[str, ...] | Mapping[str, str]) -> Callable[[object], str]:
-    def check(value: object) -> str:
-        if not isinstance(value, str) or value not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return check
-
-
 def _from_mapping(cls: type, data: object, where: str, **nested: Any) -> Any:
     """``cls(**data)``, with unknown keys refused and every message rooted at ``where``."""
     if not isinstance(data, Mapping):
@@ -170,9 +156,9 @@ class BM25Config:
     )
 
     def __post_init__(self) -> None:
-        _check(self, "method", self.SECTION, _choice(BM25_METHODS))
-        _check(self, "k1", self.SECTION, _optional(non_negative_float))
-        _check(self, "b", self.SECTION, _optional(unit_float))
+        check_field(self, "method", self.SECTION, one_of(BM25_METHODS))
+        check_field(self, "k1", self.SECTION, optional(non_negative_float))
+        check_field(self, "b", self.SECTION, optional(unit_float))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> BM25Config:
@@ -209,11 +195,11 @@ class DenseConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(self, "device", self.SECTION, _device)
-        _check(self, "dtype", self.SECTION, _choice(DTYPES))
-        _check(self, "batch_size", self.SECTION, positive_int)
-        _check(self, "max_length", self.SECTION, _optional(positive_int))
-        _check(self, "instructions", self.SECTION, _choice(INSTRUCTION_SETS))
+        check_field(self, "device", self.SECTION, _device)
+        check_field(self, "dtype", self.SECTION, one_of(DTYPES))
+        check_field(self, "batch_size", self.SECTION, positive_int)
+        check_field(self, "max_length", self.SECTION, optional(positive_int))
+        check_field(self, "instructions", self.SECTION, one_of(INSTRUCTION_SETS))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> DenseConfig:
@@ -277,9 +263,9 @@ class ApiEmbedConfig:
     )
 
     def __post_init__(self) -> None:
-        _check(self, "api_base", self.SECTION, _api_base)
-        _check(self, "batch_size", self.SECTION, positive_int)
-        _check(self, "params", self.SECTION, _params)
+        check_field(self, "api_base", self.SECTION, _api_base)
+        check_field(self, "batch_size", self.SECTION, positive_int)
+        check_field(self, "params", self.SECTION, _params)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> ApiEmbedConfig:
@@ -298,9 +284,9 @@ class FusionConfig:
     depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
 
     def __post_init__(self) -> None:
-        _check(self, "method", self.SECTION, _choice(FUSION_METHODS))
-        _check(self, "k", self.SECTION, non_negative_int)
-        _check(self, "depth", self.SECTION, positive_int)
+        check_field(self, "method", self.SECTION, one_of(FUSION_METHODS))
+        check_field(self, "k", self.SECTION, non_negative_int)
+        check_field(self, "depth", self.SECTION, positive_int)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> FusionConfig:
