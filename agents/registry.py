@@ -18,6 +18,7 @@ from agents.graphs.search_r1 import DEFAULTS as SEARCH_R1_DEFAULTS
 from agents.graphs.search_r1 import PROMPTS as SEARCH_R1_PROMPTS
 from agents.rerank.cross import CROSS
 from agents.rerank.listwise import INSERTRANK, LISTWISE
+from agents.rerank.pointwise import POINTWISE
 from agents.specs import AgentSpec, OptionSpec, StageSpec
 
 __all__ = ["AGENTS", "STAGES", "AgentSpec", "OptionSpec", "StageSpec"]
@@ -58,4 +59,6 @@ AGENTS: dict[str, AgentSpec] = {
     ),
 }
 
-STAGES: dict[str, StageSpec] = {spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK)}
+STAGES: dict[str, StageSpec] = {
+    spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK, POINTWISE)
+}

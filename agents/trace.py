@@ -76,6 +76,15 @@ def format_step(number: int, step: dict[str, Any], limit: int) -> str:
             for d, s in zip(step["doc_ids"][:10], step["scores"][:10], strict=False)
         )
         lines.append(f"  top docs: {top or '(none)'}")
+    if "window" in step:  # a listwise stage's window: which documents, in, then out
+        lo, hi = step["window"]
+        lines.append(f"  window positions {lo + 1}-{hi}: {' '.join(step['doc_ids'])}")
+        lines.append(f"  reordered: {' '.join(step['order'])}")
+    if "judged_by" in step:  # a pointwise judgement
+        lines.append(
+            f"  document {step['doc_id']} (was rank {step['rank']}): score {step['score']}"
+            f" from {step['judged_by']}"
+        )
     for key in ("reason", "message", "note"):
         if key in step:
             lines.append(f"  {key}: {step[key]}")
@@ -117,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path, help="a run folder written by agents.run")
     p.add_argument("query_id")
     p.add_argument("--task", default=None, help="only look in this task's folder")
-    p.add_argument(
-        "--chars", type=positive_int, default=1500, help="cut texts longer than this"
-    )
+    p.add_argument("--chars", type=positive_int, default=1500, help="cut texts longer than this")
     args = p.parse_args(argv)
     try:
         task, record = find_record(args.run_dir, args.query_id, args.task)

@@ -61,10 +61,10 @@ def answer_text(text: str) -> str:
     return text.rsplit(THINK_END, 1)[-1].strip()
 
 
-async def llm_step(
+async def llm_call(
     ctx: AgentContext, node: str, messages: list[dict], **params: Any
-) -> tuple[str, dict[str, Any]]:
-    """Call the LLM and describe the call as a trace step; returns (text, step)."""
+) -> tuple[Any, dict[str, Any]]:
+    """Call the LLM and describe the call as a trace step; returns (completion, step)."""
     if ctx.llm is None:
         raise RuntimeError(f"node {node!r} needs an LLM but the agent was built without one")
     completion = await ctx.llm.chat(messages, **params)
@@ -76,6 +76,14 @@ async def llm_step(
         "cached": completion.cached,
         "usage": completion.usage.to_dict(),
     }
+    return completion, step
+
+
+async def llm_step(
+    ctx: AgentContext, node: str, messages: list[dict], **params: Any
+) -> tuple[str, dict[str, Any]]:
+    """Call the LLM and describe the call as a trace step; returns (text, step)."""
+    completion, step = await llm_call(ctx, node, messages, **params)
     return completion.text, step
 
 

@@ -37,6 +37,9 @@ ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
     "cost": (int, float, type(None)),
     "model": (str,),
 }
+# Fields added later: an entry without one is whole, and reads as None. "logprobs" is a list
+# of [token, logprob, [[alternative, logprob], ...]] per generated token, when asked for.
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"logprobs": (list, type(None))}
 
 
 def canonical_json(obj: Any) -> str:
@@ -84,6 +87,10 @@ def parse_entry(raw: object) -> dict | None:
         # bool is an int subclass, but a boolean token count means the entry is garbage.
         if not isinstance(value, types) or isinstance(value, bool):
             return None
+    for name, types in OPTIONAL_FIELDS.items():
+        entry.setdefault(name, None)
+        if not isinstance(entry[name], types):
+            return None
     return entry
 
 
@@ -111,6 +118,7 @@ class LLMCache:
     def set(self, key: str, entry: dict) -> None:
         """Store `entry` (only the known fields) under `key`, replacing what was there."""
         value = {name: entry[name] for name in ENTRY_FIELDS}
+        value.update({name: entry[name] for name in OPTIONAL_FIELDS if entry.get(name) is not None})
         try:
             self._store.set(key, canonical_json(value))
         except Exception as exc:  # a damaged or full cache costs a recomputation, not the answer

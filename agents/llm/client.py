@@ -199,6 +199,9 @@ class Completion:
     usage: Usage  # this call alone: calls=1, cached_calls=1 if it came from the cache
     cached: bool
     model: str  # the model the provider reports, else the requested model string
+    # asked for with logprobs=True (top_logprobs=k): per generated token, (token, logprob,
+    # [(alternative, logprob), ...]); None when the provider returned none
+    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
 
 
 @dataclass(repr=False)
@@ -293,6 +296,7 @@ class LLM:
             usage=usage,
             cached=False,
             model=entry["model"],
+            logprobs=_as_logprobs(entry.get("logprobs")),
         )
         return self._record(completion)
 
@@ -387,7 +391,33 @@ def _entry_from_response(response: Any, requested_model: str) -> dict:
         "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
         "cost": _cost(response, requested_model),
         "model": getattr(response, "model", None) or requested_model,
+        "logprobs": _logprobs_entry(getattr(choice, "logprobs", None)),
     }
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+
+def _logprobs_entry(logprobs: Any) -> list | None:
+    """A choice's token logprobs (OpenAI's chat form, as an object or a dict) as JSON data."""
+    content = _field(logprobs, "content") if logprobs is not None else None
+    if not content:
+        return None
+    out = []
+    for item in content:
+        top = [
+            [str(_field(t, "token")), float(_field(t, "logprob"))]
+            for t in _field(item, "top_logprobs") or ()
+        ]
+        out.append([str(_field(item, "token")), float(_field(item, "logprob")), top])
+    return out
+
+
+def _as_logprobs(entry: list | None) -> list[tuple[str, float, list[tuple[str, float]]]] | None:
+    if entry is None:
+        return None
+    return [(token, lp, [(t, p) for t, p in top]) for token, lp, top in entry]
 
 
 def _cost(response: Any, requested_model: str) -> float | None:
@@ -417,4 +447,5 @@ def _from_entry(entry: dict, latency: float) -> Completion:
         usage=usage,
         cached=True,
         model=entry["model"],
+        logprobs=_as_logprobs(entry.get("logprobs")),
     )

@@ -10,6 +10,10 @@ Prompts are rendered here (ChatML) and run as raw completions rather than throug
 chat API, so that a trailing assistant message is continued in the same turn: the Search-o1
 agent splices search results into the model's unfinished reasoning that way.
 
+Asked for `logprobs` (and `top_logprobs=k`), it returns each generated token's log-probability
+and its k likeliest alternatives in `choices[0].logprobs`, as OpenAI's API does, computed from
+the raw logits (before temperature), so a pointwise reranker can score offline.
+
 The response's `choices[0].provider_specific_fields["stop_reason"]` names the stop string that
 ended the text (None at the model's end of turn or at max_tokens), as vLLM's `stop_reason` does;
 finish_reason alone cannot tell a stop string from the end of the turn.
@@ -37,7 +41,15 @@ from typing import Any
 
 import litellm
 from litellm import CustomLLM
-from litellm.types.utils import Choices, Message, ModelResponse, Usage
+from litellm.types.utils import (
+    ChatCompletionTokenLogprob,
+    ChoiceLogprobs,
+    Choices,
+    Message,
+    ModelResponse,
+    TopLogprob,
+    Usage,
+)
 
 from eval.datasets import default_cache_dir
 
@@ -270,6 +282,29 @@ class Generation:
     completion_tokens: int
     prompt_seconds: float  # until the first token was sampled: prompt processing
     generate_seconds: float  # the rest
+    # per token of `text` when asked: (token, logprob, [(alternative, logprob), ...])
+    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
+
+
+def _token_logprobs(llm: Any, token: int, top: int) -> tuple[float, list[tuple[str, float]]]:
+    """The sampled token's log-probability and the `top` likeliest tokens', from the logits
+    of the last evaluated position (the ones `token` was sampled from)."""
+    import numpy as np
+
+    n_vocab = llm.n_vocab()
+    logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
+    shifted = logits.astype(np.float64) - float(logits.max())
+    logp = shifted - np.log(np.exp(shifted).sum())
+    best: list[tuple[str, float]] = []
+    if top > 0:
+        ids = np.argpartition(-logp, top - 1)[:top]
+        ids = ids[np.argsort(-logp[ids], kind="stable")]
+        best = [(_piece(llm, int(i)), float(logp[i])) for i in ids]
+    return float(logp[token]), best
+
+
+def _piece(llm: Any, token: int) -> str:
+    return llm.detokenize([token]).decode("utf-8", errors="replace")
 
 
 _loaded: dict[tuple[str, int], LoadedModel] = {}
@@ -341,6 +376,7 @@ def generate(
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
     reuse_kv_cache: bool = False,
+    logprobs: int | None = None,
 ) -> Generation:
     """A raw completion of `prompt` (special tokens such as <|im_start|> are parsed).
 
@@ -353,6 +389,9 @@ def generate(
     evaluated in batches of other sizes give slightly different logits, enough to change a
     greedy continuation. By default every prompt is evaluated afresh, so the same request
     gives the same text whatever ran before it.
+
+    `logprobs` = k asks for each generated token's log-probability and its k likeliest
+    alternatives (0: the token's own only); None computes none.
     """
     import llama_cpp
 
@@ -376,6 +415,7 @@ def generate(
             llm.reset()  # n_tokens = 0: generate() then finds no prefix to reuse
 
         out = b""
+        scored: list[tuple[int, str, float, list[tuple[str, float]]]] = []  # (start byte, ...)
         n_generated = 0
         finish_reason, stop_reason = "length", None
         start = time.perf_counter()
@@ -400,6 +440,9 @@ def generate(
                 finish_reason = "stop"
                 break
             searched_from = max(0, len(out) - longest + 1)
+            if logprobs is not None:
+                logprob, top = _token_logprobs(llm, token, logprobs)
+                scored.append((len(out), _piece(llm, token), logprob, top))
             out += llm.detokenize([token])
             hit = _first_stop(out, stops, searched_from) if stops else None
             if hit is not None:
@@ -411,6 +454,8 @@ def generate(
         tokens_out.close()
         end = time.perf_counter()
     first = first or end
+    # tokens that began inside a stop string were cut from the text, so from the logprobs too
+    kept = [(piece, lp, top) for at, piece, lp, top in scored if at < len(out)]
     return Generation(
         # A token may end inside a UTF-8 sequence when max_tokens cuts it; drop the fragment.
         text=out.decode("utf-8", errors="ignore"),
@@ -420,6 +465,25 @@ def generate(
         completion_tokens=n_generated,
         prompt_seconds=first - start,
         generate_seconds=end - first,
+        logprobs=kept if logprobs is not None else None,
+    )
+
+
+def _choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
+    if scored is None:
+        return None
+    return ChoiceLogprobs(
+        content=[
+            ChatCompletionTokenLogprob(
+                token=piece,
+                logprob=logprob,
+                bytes=list(piece.encode("utf-8")),
+                top_logprobs=[
+                    TopLogprob(token=t, logprob=lp, bytes=list(t.encode("utf-8"))) for t, lp in top
+                ],
+            )
+            for piece, logprob, top in scored
+        ]
     )
 
 
@@ -470,6 +534,7 @@ class LocalLLM(CustomLLM):
             presence_penalty=float(params.get("presence_penalty", 0.0)),
             frequency_penalty=float(params.get("frequency_penalty", 0.0)),
             reuse_kv_cache=self.reuse_kv_cache,
+            logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
         )
         model_response.choices = [
             Choices(
@@ -477,6 +542,7 @@ class LocalLLM(CustomLLM):
                 index=0,
                 message=Message(content=result.text, role="assistant"),
                 provider_specific_fields={"stop_reason": result.stop_reason},
+                logprobs=_choice_logprobs(result.logprobs),
             )
         ]
         model_response.model = f"{PROVIDER}/{loaded.name}"

@@ -9,14 +9,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import litellm
 from litellm import CustomLLM
-from litellm.types.utils import Choices, Message, ModelResponse
+from litellm.types.utils import (
+    ChatCompletionTokenLogprob,
+    ChoiceLogprobs,
+    Choices,
+    Message,
+    ModelResponse,
+    TopLogprob,
+)
 from litellm.types.utils import Usage as LiteUsage
 
-Respond = Callable[[list[dict], dict[str, Any]], "str | Exception"]
+
+@dataclass
+class Reply:
+    """A reply with token log-probabilities: per token, (token, logprob, [(alt, logprob)])."""
+
+    text: str
+    logprobs: list[tuple[str, float, list[tuple[str, float]]]]
+
+
+Respond = Callable[[list[dict], dict[str, Any]], "str | Reply | Exception"]
 
 
 class ScriptedProvider(CustomLLM):
@@ -33,6 +50,16 @@ class ScriptedProvider(CustomLLM):
         outcome = self.respond(messages, kwargs.get("optional_params") or {})
         if isinstance(outcome, Exception):
             raise outcome
+        logprobs = None
+        if isinstance(outcome, Reply):
+            logprobs = ChoiceLogprobs(content=[
+                ChatCompletionTokenLogprob(
+                    token=token, logprob=lp, bytes=None,
+                    top_logprobs=[TopLogprob(token=t, logprob=p, bytes=None) for t, p in top],
+                )
+                for token, lp, top in outcome.logprobs
+            ])  # fmt: skip
+            outcome = outcome.text
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         return ModelResponse(
             model=model,
@@ -41,6 +68,7 @@ class ScriptedProvider(CustomLLM):
                     index=0,
                     finish_reason="stop",
                     message=Message(role="assistant", content=outcome),
+                    logprobs=logprobs,
                 )
             ],
             usage=LiteUsage(

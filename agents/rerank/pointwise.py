@@ -1,0 +1,201 @@
+"""Pointwise LLM reranking (`llm-pointwise`): the model judges each (query, passage) alone.
+
+With token log-probabilities (litellm's ``logprobs`` / ``top_logprobs``: OpenAI, vLLM,
+SGLang, llama.cpp's server, the embedded models) the score is P(yes) / (P(yes) + P(no)) at
+the answer token, summed over its spellings ("yes", " Yes", "true", ...), the relevance
+score of monoT5 / RankLLaMA-style judges. Where the provider returns none, the model grades
+the passage 0-3 in text and the score is grade / 3, so both land on one 0-1 scale.
+
+``reason=true`` lets the model reason before it judges (Rank1, Weller et al. 2025): only the
+text after a reasoning model's last ``</think>`` is read, and the judgement is the last
+yes/no (or grade) in it rather than the first. Each passage is one call; a query's passages
+are judged one after another so that ``--concurrency`` stays the number of calls in flight.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.graphs.context import THINK_END, answer_text, llm_call
+from agents.rerank import StageContext
+from agents.rerank.listwise import cut_words
+from agents.specs import StageSpec
+
+FAMILY = "rerank-pointwise"
+JUDGES = ("auto", "logprobs", "grade")
+DEFAULTS: dict[str, Any] = {
+    "depth": 100,
+    "doc_words": 300,
+    # auto: logprobs where the provider returns them, else a 0-3 grade in text
+    "judge": "auto",
+    "reason": False,
+    # tokens the answer may take when the model does not reason (reasoning: the run's
+    # --max-tokens); a few, since models write "Yes." or " yes\n"
+    "answer_tokens": 8,
+    "top_logprobs": 20,  # OpenAI's and vLLM's default cap
+}
+YES = frozenset({"yes", "true"})
+NO = frozenset({"no", "false"})
+GRADES = range(4)
+_WORD = re.compile(r"[a-z]+|\d")
+_GRADE = re.compile(r"(?<!\d)[0-3](?!\d)")
+NO_JUDGEMENT = "no judgement in the reply; scored 0 and kept in its previous order among ties"
+
+
+def check_options(options: dict[str, Any]) -> None:
+    for key in ("depth", "doc_words", "answer_tokens"):
+        if options[key] < 1:
+            raise ValueError(f"{key} must be at least 1, got {options[key]}")
+    if not 0 <= options["top_logprobs"] <= 20:
+        raise ValueError(f"top_logprobs must be 0..20, got {options['top_logprobs']}")
+    if options["judge"] not in JUDGES:
+        raise ValueError(f"judge must be one of {', '.join(JUDGES)}, got {options['judge']!r}")
+
+
+def _word(token: str) -> str:
+    """A token's text as a judgement word: " Yes." -> "yes", "3" -> "3"."""
+    found = _WORD.findall(token.strip().lower())
+    return found[0] if len(found) == 1 else ""
+
+
+def answer_start(tokens: Sequence[str]) -> int:
+    """The index of the first token after the last ``</think>`` (0 when there is none)."""
+    text = ""
+    ends: list[int] = []
+    for i, token in enumerate(tokens):
+        text += token
+        if text.endswith(THINK_END) or THINK_END in token:
+            ends.append(i + 1)
+    return ends[-1] if ends else 0
+
+
+def yes_probability(
+    logprobs: Sequence[tuple[str, float, Sequence[tuple[str, float]]]], last: bool
+) -> float | None:
+    """P(yes) / (P(yes) + P(no)) at the answer's first (or ``last``) yes/no token, from the
+    token's alternatives; None when the answer has no yes/no token."""
+    tokens = [token for token, _, _ in logprobs]
+    at = [i for i in range(answer_start(tokens), len(tokens)) if _word(tokens[i]) in YES | NO]
+    if not at:
+        return None
+    token, logprob, top = logprobs[at[-1] if last else at[0]]
+    # the sampled token is among the alternatives unless top_logprobs was 0; count it once
+    seen = {alt: lp for alt, lp in top}
+    seen.setdefault(token, logprob)
+    p_yes = sum(math.exp(lp) for alt, lp in seen.items() if _word(alt) in YES)
+    p_no = sum(math.exp(lp) for alt, lp in seen.items() if _word(alt) in NO)
+    return p_yes / (p_yes + p_no)
+
+
+def parse_grade(text: str, last: bool) -> int | None:
+    """The 0-3 grade in the reply's answer (its first, or ``last``, lone digit 0-3)."""
+    found = _GRADE.findall(answer_text(text))
+    if not found:
+        return None
+    return int(found[-1] if last else found[0])
+
+
+def parse_yes_no(text: str, last: bool) -> bool | None:
+    """The reply's yes/no (or true/false) answer as a bool; None when it gives none."""
+    words = [w for w in _WORD.findall(answer_text(text).lower()) if w in YES | NO]
+    if not words:
+        return None
+    return (words[-1] if last else words[0]) in YES
+
+
+class PointwiseReranker:
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.options = o = ctx.options
+        reason = o["reason"]
+        # loaded here, not per query, so that building the stage records every prompt it sends
+        self.judge_prompt = ctx.prompts.get(FAMILY, "reason") if reason else ctx.prompts.get(FAMILY)
+        self.grade_prompt = ctx.prompts.get(FAMILY, "reason-grade" if reason else "grade")
+        # set when a provider answers a logprobs request without them: it has none to give
+        self.provider_has_no_logprobs = o["judge"] == "grade"
+
+    def _params(self, with_logprobs: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if not self.options["reason"]:
+            params["max_tokens"] = self.options["answer_tokens"]
+        if with_logprobs:
+            # drop_params: a provider that cannot return logprobs answers without them
+            # (the grade fallback) instead of refusing the request
+            params.update(logprobs=True, top_logprobs=self.options["top_logprobs"])
+            if self.options["judge"] == "auto":
+                params["drop_params"] = True
+        return params
+
+    async def judge(self, query: str, passage: str) -> dict[str, Any]:
+        """One passage's judgement: its step (the call, the reading, the score)."""
+        last = self.options["reason"]
+        values = {"query": query, "passage": passage}
+        if not self.provider_has_no_logprobs:
+            messages = [{"role": "user", "content": self.judge_prompt.render(**values)}]
+            completion, call = await llm_call(self.ctx, "judge", messages, **self._params(True))
+            text, logprobs = completion.text, completion.logprobs
+            if logprobs is not None:
+                score = yes_probability(logprobs, last)
+                note = None
+                if score is None:  # the model wrote no yes/no: its text may still say
+                    answer = parse_yes_no(text, last)
+                    score = None if answer is None else float(answer)
+                    note = NO_JUDGEMENT if answer is None else "no yes/no token; read the text"
+                return _judged(call, text, score, "logprobs", note)
+            if self.options["judge"] == "logprobs":
+                raise RuntimeError(
+                    f"{self.ctx.llm.model} returned no logprobs; use judge=grade or judge=auto"
+                )
+            self.provider_has_no_logprobs = True
+        messages = [{"role": "user", "content": self.grade_prompt.render(**values)}]
+        completion, call = await llm_call(self.ctx, "judge", messages, **self._params(False))
+        text = completion.text
+        grade = parse_grade(text, last)
+        score = None if grade is None else grade / 3
+        return _judged(call, text, score, "grade", None if grade is not None else NO_JUDGEMENT)
+
+    async def rerank(
+        self, query_id: str, query: str, ranking: Mapping[str, float]
+    ) -> dict[str, Any]:
+        order = list(ranking)
+        top = order[: self.options["depth"]]
+        steps: list[dict[str, Any]] = []
+        scores: dict[str, float] = {}
+        for rank, doc_id in enumerate(top, 1):
+            passage = cut_words(self.ctx.corpus[doc_id], self.options["doc_words"])
+            step = await self.judge(query, passage)
+            steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
+            scores[doc_id] = step["score"] if step["score"] is not None else 0.0
+        # ties keep the previous order: sorted() is stable
+        reranked = sorted(top, key=lambda d: -scores[d]) + order[len(top) :]
+        n = len(reranked)
+        return {"ranking": {d: float(n - i) for i, d in enumerate(reranked)}, "steps": steps}
+
+
+def _judged(
+    call: dict[str, Any], text: str, score: float | None, source: str, note: str | None
+) -> dict[str, Any]:
+    return {
+        "reply": answer_text(text),
+        "score": None if score is None else round(score, 6),
+        "judged_by": source,
+        "note": note,
+        **{k: v for k, v in call.items() if k != "node"},
+    }
+
+
+def build_pointwise(ctx: StageContext) -> PointwiseReranker:
+    return PointwiseReranker(ctx)
+
+
+POINTWISE = StageSpec(
+    "llm-pointwise",
+    "the LLM judges each of the top-depth passages alone: P(yes) from logprobs, else a 0-3 grade",
+    "agents.rerank.pointwise:build_pointwise",
+    uses_llm=True,
+    defaults=DEFAULTS,
+    check_options=check_options,
+)
