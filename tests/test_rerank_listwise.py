@@ -301,3 +301,39 @@ def test_building_the_stages_records_their_prompts(tmp_path, toy_dir, listwise_s
     records = read_records(tmp_path / "runs" / "i" / "toy" / "rerank-1-insertrank" / STAGE_FILE)
     shown = [m["content"] for r in records.values() for s in r["steps"] for m in s["messages"]]
     assert any(re.match(r"\[1\] \(BM25 score: [0-9.]+\) ", c) for c in shown)
+
+
+def test_a_window_too_long_for_the_context_is_sent_again_with_shorter_passages(tmp_path):
+    import litellm
+
+    sizes = []
+
+    def small_context(messages, params):
+        words = sum(len(m["content"].split()) for m in messages)
+        sizes.append(words)
+        if words > 500:  # three 300-word passages do not fit, three of 75 do
+            return litellm.ContextWindowExceededError(
+                message="prompt too long", model="x", llm_provider="scripted"
+            )
+        return "[3] > [2] > [1]"
+
+    scripted.install(small_context)
+    ctx = StageContext(
+        corpus=CORPUS, task="toy", options={"depth": 3, "window": 3, "step": 2, "doc_words": 300},
+        llm=LLM(model="scripted/x", cache_dir=tmp_path / "cache"), prompts=PromptBook(task="toy"),
+    )  # fmt: skip
+    result = asyncio.run(build_listwise(ctx).rerank("q1", "which passage?", RANKING))
+    assert len(sizes) == 3 and sizes == sorted(sizes, reverse=True)  # 300, 150, 75 words
+    (step,) = result["steps"]
+    assert step["doc_words"] == 75
+    assert step["note"] == "passages cut to 75 words to fit the model's context"
+    assert list(result["ranking"])[:3] == ["d3", "d2", "d1"]
+    assert len(passages(step["messages"])[0].split()) == 1 + 75
+
+    def never_fits(messages, params):
+        return litellm.ContextWindowExceededError(message="no", model="x", llm_provider="s")
+
+    scripted.install(never_fits)
+    ctx.llm = LLM(model="scripted/x")
+    with pytest.raises(litellm.ContextWindowExceededError):
+        asyncio.run(build_listwise(ctx).rerank("q1", "which passage?", RANKING))

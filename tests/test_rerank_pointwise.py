@@ -189,7 +189,8 @@ def test_reasoning_first_reads_the_last_judgement_after_think(tmp_path):
         *thought, verdict = text.split()
         p = 0.9 if verdict == "yes" else 0.1
         tokens = [(w + " ", 0.0, []) for w in thought]
-        return scripted.Reply(text, [*tokens, (verdict, LN(p), [("yes", LN(p)), ("no", LN(1 - p))])])
+        judged = (verdict, LN(p), [("yes", LN(p)), ("no", LN(1 - p))])
+        return scripted.Reply(text, [*tokens, judged])
 
     result, _, _ = run_stage(tmp_path / "c", reasoner_lp, {"reason": True})
     assert list(result["ranking"])[0] == "d3"

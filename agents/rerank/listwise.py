@@ -17,6 +17,7 @@ from typing import Any
 # Light imports only: agents.registry pulls in agent graph modules, none of which import this
 # one, and agents.graphs.context needs no LLM library until a call is made.
 from agents.graphs.context import answer_text, llm_step
+from agents.llm.errors import is_context_overflow
 from agents.rerank import StageContext
 from agents.specs import StageSpec
 
@@ -31,6 +32,10 @@ _BRACKETED = re.compile(r"\[\s*(\d+)\s*\]")
 _CHAIN = re.compile(r"\d+(?:\s*>\s*\d+)+")
 _NUMBER = re.compile(r"\d+")
 NO_PERMUTATION = "no usable passage id in the reply; the window keeps its order"
+# Where a window does not fit the model's context, its passages are cut to half as many words
+# and it is sent again, down to this; every window starts again from doc_words, so a prompt
+# never depends on which query ran first.
+MIN_DOC_WORDS = 8
 
 
 def check_options(options: dict[str, Any]) -> None:
@@ -130,7 +135,7 @@ class ListwiseReranker:
         self.constants = {"score_name": ctx.options["score_name"]} if show_scores else {}
 
     def messages(
-        self, query: str, doc_ids: list[str], scores: Mapping[str, float]
+        self, query: str, doc_ids: list[str], scores: Mapping[str, float], words: int
     ) -> list[dict[str, str]]:
         fixed = {**self.constants, "query": query, "num": len(doc_ids)}
         parts = self.parts
@@ -143,13 +148,29 @@ class ListwiseReranker:
             values = {
                 **fixed,
                 "rank": rank,
-                "passage": cut_words(self.ctx.corpus[doc_id], self.options["doc_words"]),
+                "passage": cut_words(self.ctx.corpus[doc_id], words),
                 "score": f"{scores[doc_id]:.4g}",
             }
             messages.append({"role": "user", "content": parts["passage"].render(**values)})
             messages.append({"role": "assistant", "content": parts["received"].render(**values)})
         messages.append({"role": "user", "content": parts["rank"].render(**fixed)})
         return messages
+
+    async def ask(
+        self, query: str, ids: list[str], scores: Mapping[str, float]
+    ) -> tuple[str, dict[str, Any], int]:
+        """One window's call, its passages cut shorter while the prompt overflows the context."""
+        words = self.options["doc_words"]
+        while True:
+            try:
+                text, call = await llm_step(
+                    self.ctx, "window", self.messages(query, ids, scores, words)
+                )
+                return text, call, words
+            except Exception as exc:
+                if not is_context_overflow(exc) or words <= MIN_DOC_WORDS:
+                    raise
+                words = max(MIN_DOC_WORDS, words // 2)
 
     async def rerank(
         self, query_id: str, query: str, ranking: Mapping[str, float]
@@ -159,8 +180,11 @@ class ListwiseReranker:
         o = self.options
         for start, end in windows(len(order), o["depth"], o["window"], o["step"]):
             ids = order[start:end]
-            text, call = await llm_step(self.ctx, "window", self.messages(query, ids, ranking))
+            text, call, words = await self.ask(query, ids, ranking)
             permutation, note = parse_permutation(text, len(ids))
+            if words < o["doc_words"]:
+                fitted = f"passages cut to {words} words to fit the model's context"
+                note = f"{fitted}; {note}" if note else fitted
             order[start:end] = [ids[i - 1] for i in permutation]
             steps.append({
                 "node": "window",
@@ -169,6 +193,7 @@ class ListwiseReranker:
                 "reply": answer_text(text),
                 "permutation": permutation,
                 "order": order[start:end],
+                "doc_words": words,
                 "note": note,
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
