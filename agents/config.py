@@ -38,6 +38,7 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
+from eval.runs import run_folder_name
 from retrievers.config import (
     BM25_METHODS,
     ApiEmbedConfig,
@@ -137,6 +138,16 @@ class RunConfig:
             object.__setattr__(self, "llm", None)  # so --model cannot tell such runs apart
         elif self.llm is None:
             object.__setattr__(self, "llm", LLMConfig())
+        if self.llm is not None:
+            # an LLM stage without a model of its own reranks with the run's, named in full
+            # so that config.json says which model reranked
+            stages = tuple(
+                dataclasses.replace(s, options={**s.options, "model": self.llm.model})
+                if STAGES[s.kind].uses_llm and s.options.get("model") == ""
+                else s
+                for s in stages
+            )
+            object.__setattr__(self, "rerank", stages)
         if self.run_name is not None:
             from eval.files import check_component
 
@@ -147,6 +158,26 @@ class RunConfig:
     @property
     def uses_llm(self) -> bool:
         return self.llm is not None
+
+    def llm_targets(self) -> list[tuple[str, str | None]]:
+        """Every (model, api_base) the run calls: the agent's, then each LLM stage's."""
+        targets = []
+        if self.llm is not None and AGENTS[self.agent].uses_llm:
+            targets.append((self.llm.model, self.llm.api_base))
+        targets += [self.stage_llm(s) for s in self.rerank if STAGES[s.kind].uses_llm]
+        return list(dict.fromkeys(targets))
+
+    def stage_llm(self, stage: StageConfig) -> tuple[str, str | None]:
+        """The (model, api_base) an LLM stage calls: a stage on the run's model uses the
+        run's server unless it names its own; a stage on another model uses its own
+        api_base or its provider's endpoint (never the run's server, which serves another
+        model)."""
+        assert self.llm is not None
+        model = stage.options["model"]
+        api_base = stage.options.get("api_base") or None
+        if api_base is None and model == self.llm.model:
+            api_base = self.llm.api_base
+        return model, api_base
 
 
 def typed_options(spec: OptionSpec, given: Mapping[str, Any], what: str) -> dict[str, Any]:
@@ -194,6 +225,12 @@ def _typed_like(default: Any, value: Any, where: str) -> Any:
     return typed
 
 
+def default_run_name(config: RunConfig, variant: str | None = None) -> str:
+    """The run folder's name when none is given: the settings that tell runs apart."""
+    stage_defaults = {kind: spec.defaults for kind, spec in STAGES.items()}
+    return run_folder_name(to_dict(config), AGENTS[config.agent].defaults, variant, stage_defaults)
+
+
 # --- serialising ---------------------------------------------------------------------------
 
 RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files")  # where, not what
@@ -204,6 +241,10 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     """The config as plain JSON data (``config.json``), passwords in URLs masked."""
     data = dataclasses.asdict(cfg)
     data["rerank"] = [dict(s) for s in data["rerank"]]
+    for stage in data["rerank"]:
+        if stage["options"].get("api_base"):
+            masked = public_url(stage["options"]["api_base"])
+            stage["options"] = {**stage["options"], "api_base": masked}
     if data["llm"] is not None:
         data["llm"]["api_base"] = public_url(data["llm"]["api_base"])
     data["retriever"]["api"]["api_base"] = public_url(data["retriever"]["api"]["api_base"])
@@ -372,6 +413,18 @@ SETTINGS: dict[str, Setting] = {
         many=True,
         metavar="STAGE",
     ),
+    "rerank_model": Setting(
+        "", "the LLM of every LLM rerank stage without its own (default: --model)"
+    ),
+    "rerank_depth": Setting(
+        "", "documents every rerank stage reorders, unless its spec says", positive_int
+    ),
+    "rerank_window": Setting(
+        "", "listwise stages: passages per window, unless the spec says", positive_int
+    ),
+    "rerank_step": Setting(
+        "", "listwise stages: how far each window moves up, unless the spec says", positive_int
+    ),
     "runs_dir": Setting("runs_dir", "where run folders go"),
     "run_name": Setting("run_name", "run folder name inside --runs-dir (default: from the config)"),
     "cache_dir": Setting("cache_dir", "indexes, LLM cache, downloads"),
@@ -390,7 +443,10 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
     groups: dict[str, dict[str, Any]] = {}
     top: dict[str, Any] = {}
     options: dict[str, Any] = {}
+    stage_wide = {STAGE_WIDE[k]: v for k, v in values.items() if k in STAGE_WIDE}
     for key, value in values.items():
+        if key in STAGE_WIDE:
+            continue
         path = SETTINGS[key].path
         if key == "option":
             options.update(_pairs(value, "option"))
@@ -401,12 +457,15 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
         elif key == "embed_option":
             groups.setdefault("retriever.api", {})["params"] = _pairs(value, "embed_option")
         elif key == "rerank":
-            top["rerank"] = tuple(parse_stage(v) for v in value)
+            top["rerank"] = stages_with(value, stage_wide)
         elif "." in path:
             group, _, name = path.rpartition(".")
             groups.setdefault(group, {})[name] = value
         else:
             top[path] = value
+    if stage_wide and "rerank" not in values:
+        flag = next(k for k in STAGE_WIDE if k in values)
+        raise ConfigError(f"{flag}: there is no rerank stage to apply it to (give --rerank)")
     for key in ("runs_dir", "cache_dir"):
         if key in top and top[key] is not None:
             top[key] = str(top[key])
@@ -433,9 +492,23 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
     )
 
 
-def parse_stage(text: str) -> StageConfig:
+# settings that fill one option of every rerank stage having it, where its spec does not
+STAGE_WIDE = {
+    "rerank_model": "model",
+    "rerank_depth": "depth",
+    "rerank_window": "window",
+    "rerank_step": "step",
+}
+
+
+def parse_stage(text: str, wide: Mapping[str, Any] | None = None) -> StageConfig:
     """``"kind[:model],key=value,..."`` -> a StageConfig (options typed by the stage's
-    defaults); ``cross:BAAI/bge-reranker-v2-m3`` is ``cross`` with option model=...."""
+    defaults); ``cross:BAAI/bge-reranker-v2-m3`` is ``cross`` with option model=....
+
+    ``wide`` holds options for every stage (``--rerank-depth``, ...); a stage takes those it
+    has and its text does not set. A model is only ever an LLM stage's to take this way: a
+    cross-encoder is always named by its spec.
+    """
     if isinstance(text, StageConfig):
         return text
     head, *pairs = [p.strip() for p in str(text).split(",")]
@@ -445,7 +518,36 @@ def parse_stage(text: str) -> StageConfig:
         if "model" in options:
             raise ConfigError(f"rerank {text!r}: the model is given twice")
         options["model"] = model
+    spec = STAGES.get(kind)
+    for name, value in (wide or {}).items():
+        if spec is None or name not in spec.defaults or name in options:
+            continue
+        if name == "model" and not spec.uses_llm:
+            continue
+        options[name] = value
     return StageConfig(kind, options)
+
+
+def stage_kind(text: str) -> str:
+    """The kind a ``--rerank`` spec names (``cross:m,depth=5`` -> ``cross``), unchecked."""
+    return str(text).split(",", 1)[0].partition(":")[0].strip()
+
+
+def stages_with(texts: Sequence[Any], wide: Mapping[str, Any]) -> tuple[StageConfig, ...]:
+    """The stages of ``texts``, each given the ``wide`` options it has; a wide option that
+    no stage has is refused, naming its flag."""
+    stages = tuple(parse_stage(t, wide) for t in texts)
+    for key, name in STAGE_WIDE.items():
+        if name not in wide:
+            continue
+        takers = [
+            s for s in stages
+            if name in STAGES[s.kind].defaults and (name != "model" or STAGES[s.kind].uses_llm)
+        ]  # fmt: skip
+        if not takers:
+            kinds = ", ".join(s.kind for s in stages)
+            raise ConfigError(f"{key} {wide[name]}: no rerank stage has option {name} ({kinds})")
+    return stages
 
 
 def _pairs(items: Any, what: str) -> dict[str, Any]:

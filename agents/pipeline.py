@@ -25,7 +25,14 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from agents.config import RunConfig, binding, differences, from_dict, to_dict
+from agents.config import (
+    RunConfig,
+    binding,
+    default_run_name,
+    differences,
+    from_dict,
+    to_dict,
+)
 from agents.graphs.context import AgentContext
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext, StageGraph
@@ -35,7 +42,6 @@ from eval.datasets import Task, default_cache_dir, load_tasks, task_fingerprint
 from eval.evaluate import Evaluation, evaluate, pad_run
 from eval.files import safe_name, writable_folder
 from eval.report import leaderboard_markdown, results_json, write_results_json
-from eval.runs import run_folder_name
 from eval.trec import write_run
 from eval.usage import Usage
 from prompts import PromptBook
@@ -104,8 +110,9 @@ async def arun(
     if config.llm is not None:
         from agents.llm import check_credentials, check_model
 
-        check_model(config.llm.model)
-        check_credentials(config.llm.model, config.llm.api_base)
+        for model, api_base in config.llm_targets():
+            check_model(model)
+            check_credentials(model, api_base)
     overrides = {name: Path(path) for name, path in config.prompt_files.items()}
     tasks = load_tasks(config.dataset, cache_dir)
     folders = task_folders(tasks)
@@ -125,11 +132,11 @@ async def arun(
                 if not overwrite:
                     raise
                 shutil.rmtree(run_dir / folder)  # its records answer other data
-        llm = _llm(config, cache_dir)
+        llms = _llms(config, cache_dir)
         results: dict[str, TaskResult] = {}
         for task, folder, fingerprint in zip(tasks, folders, fingerprints, strict=True):
             result = await run_task(
-                task, config, spec, llm, run_dir / folder, cache_dir, books[task.name],
+                task, config, spec, llms, run_dir / folder, cache_dir, books[task.name],
                 fingerprint, progress,
             )  # fmt: skip
             results[folder] = result
@@ -148,11 +155,6 @@ async def arun(
     finally:
         lock.release()
     return RunResult(run_dir, config, results, time.perf_counter() - started)
-
-
-def default_run_name(config: RunConfig) -> str:
-    """The run folder's name when none is given: the settings that tell runs apart."""
-    return run_folder_name(to_dict(config), AGENTS[config.agent].defaults)
 
 
 def record_prompts(
@@ -178,19 +180,24 @@ def record_prompts(
     return dict(sorted(used.items()))
 
 
-def _llm(config: RunConfig, cache_dir: Path) -> Any:
+def _llms(config: RunConfig, cache_dir: Path) -> dict[tuple[str, str | None], Any]:
+    """One client per (model, api_base) the run calls, so each has its own rate limit."""
     if config.llm is None:
-        return None
+        return {}
     from agents.llm import LLM
 
-    return LLM(
-        model=config.llm.model,
-        api_base=config.llm.api_base,
-        cache_dir=cache_dir,
-        cache_mode=config.llm.cache,
-        rate_limit=config.llm.rate_limit,
-        params={"temperature": config.llm.temperature, "max_tokens": config.llm.max_tokens},
-    )
+    llm = config.llm
+    return {
+        (model, api_base): LLM(
+            model=model,
+            api_base=api_base,
+            cache_dir=cache_dir,
+            cache_mode=llm.cache,
+            rate_limit=llm.rate_limit,
+            params={"temperature": llm.temperature, "max_tokens": llm.max_tokens},
+        )
+        for model, api_base in config.llm_targets()
+    }
 
 
 def _stage_context(stage, task, config, llm, books, cache_dir) -> StageContext:
@@ -311,7 +318,7 @@ async def run_task(
     task: Task,
     config: RunConfig,
     spec: AgentSpec,
-    llm: Any,
+    llms: dict[tuple[str, str | None], Any],
     out: Path,
     cache_dir: Path,
     prompts: PromptBook,
@@ -343,7 +350,7 @@ async def run_task(
         first_stage=bm25,
         corpus=task.corpus,
         task=task.name,
-        llm=llm,
+        llm=llms.get((config.llm.model, config.llm.api_base)) if config.llm else None,
         depth=config.eval.depth,
         prompts=prompts,
         options=config.options,
@@ -367,6 +374,7 @@ async def run_task(
     usage = _usage(records)
     for i, stage_config in enumerate(config.rerank, 1):
         folder = out / runs.stage_dir_name(i, stage_config.kind)
+        llm = llms[config.stage_llm(stage_config)] if STAGES[stage_config.kind].uses_llm else None
         stage = STAGES[stage_config.kind].build(
             _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir)
         )

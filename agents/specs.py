@@ -50,6 +50,7 @@ class StageSpec:
     description: str
     builder: str | Callable[..., Any]  # (ctx) -> an object with async rerank(...)
     uses_llm: bool = False
+    prompts: tuple[str, ...] = ()  # prompt families it reads (for sweeps' prompt variants)
     defaults: dict[str, Any] = field(default_factory=dict)
     check_options: Callable[[dict[str, Any]], None] | None = None
 

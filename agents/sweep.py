@@ -1,7 +1,7 @@
 """Run a grid of configurations and compare them: `python -m agents.sweep sweep.toml`.
 
 The TOML file (see docs/sweep-example.toml) lists agents × retrievers × models × prompt
-variants × datasets, plus settings shared by every cell (`[options]`: any key of
+variants × rerank chains × datasets, plus settings shared by every cell (`[options]`: any key of
 `agents.config.SETTINGS`, i.e. any `agents.run` flag without "--", "_" for "-"). Each cell is
 a `RunConfig`, run in-process by `agents.pipeline.run` in `<output>/runs/<cell>`, all with
 the same cache folder, so indexes and LLM answers are shared. Running the sweep again
@@ -10,8 +10,12 @@ the cells of each dataset are compared (`eval.compare`) into `<output>/compariso
 sub-folder per dataset when there are several).
 
 Cells that would run the same configuration are run once: agents without an LLM ignore the
-model and prompt axes, and a prompt variant that overrides no prompt an agent uses is that
-agent's run without overrides.
+model and prompt axes (unless a rerank stage calls a model), and a prompt variant that
+overrides no prompt an agent or its stages use is that agent's run without overrides.
+
+`reranks` is a list of rerank chains (each a list of `--rerank` specs, [] for none); the
+stage-wide settings (`rerank_depth`, `rerank_window`, ...) apply to the chains whose stages
+have them.
 """
 
 from __future__ import annotations
@@ -25,19 +29,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.config import DEFAULT_MODEL, SETTINGS, ConfigError, RunConfig, from_settings, to_dict
+from agents.config import (
+    DEFAULT_MODEL,
+    SETTINGS,
+    STAGE_WIDE,
+    ConfigError,
+    RunConfig,
+    default_run_name,
+    from_settings,
+    parse_stage,
+    stage_kind,
+    to_dict,
+)
 from agents.llm.errors import LLMAuthError
-from agents.registry import AGENTS
+from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
 from eval.files import FolderError, describe_os_error, safe_name, writable_folder, write_json
-from eval.runs import CONFIG_FILE, run_folder_name
+from eval.runs import CONFIG_FILE
 
 _AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
-AXES = ("agent", "dataset", "retriever", "model", "prompt")  # set per cell by the grid
+AXES = ("agent", "dataset", "retriever", "model", "prompt", "rerank")  # set per cell by the grid
 RUN_KEYS = {"quiet": bool, "overwrite": bool}  # how to run, not what: not in the config
 TOP_KEYS = {
     "output", "cache_dir", "agents", "retrievers", "models", "datasets", "prompts", "options",
-    "compare",
+    "compare", "reranks",
 }  # fmt: skip
 COMPARE_KEYS = {"metric", "baseline", "test"}
 
@@ -64,6 +79,8 @@ class Sweep:
     datasets: list[str]
     prompts: dict[str, dict[str, Path]]  # variant -> {prompt name: file}
     options: dict[str, Any]
+    # rerank chains, each a list of --rerank specs applied in order; [] reranks nothing
+    reranks: list[list[str]] = field(default_factory=lambda: [[]])
     compare: dict[str, Any] = field(default_factory=dict)
 
 
@@ -141,6 +158,17 @@ def load_sweep(path: Path | str) -> Sweep:
         except PromptError as e:
             raise fail(key, str(e)) from None
 
+    reranks = raw.get("reranks", [[]])
+    if not isinstance(reranks, list) or not reranks:
+        raise fail("reranks", f"expected a list of rerank chains, e.g. [[], ['llm-listwise']], "
+                              f"got {reranks!r}")  # fmt: skip
+    reranks = [[chain] if isinstance(chain, str) else chain for chain in reranks]
+    for chain in reranks:
+        if not isinstance(chain, list) or not all(isinstance(t, str) for t in chain):
+            raise fail("reranks", f"a chain is a list of stage specs, got {chain!r}")
+    if len({tuple(c) for c in reranks}) != len(reranks):
+        raise fail("reranks", f"lists a chain twice: {reranks!r}")
+
     options = raw.get("options", {})
     if not isinstance(options, dict):
         raise fail("options", f"expected a table, got {options!r}")
@@ -149,14 +177,32 @@ def load_sweep(path: Path | str) -> Sweep:
             if not isinstance(value, RUN_KEYS[key]):
                 raise fail(f"options.{key}", f"expected true or false, got {value!r}")
             continue
+        if key == "rerank":
+            raise fail("options.rerank", "rerank chains are a grid axis: give the top-level "
+                                         "key reranks = [['llm-listwise'], ...]")  # fmt: skip
         if key not in SETTINGS or key in AXES or key in ("runs_dir", "run_name", "cache_dir"):
             known = [k for k in SETTINGS if k not in AXES] + list(RUN_KEYS)
             raise fail(f"options.{key}", f"unknown option; known: {', '.join(known)}")
         agent = next((a for a in agents if key not in _AGENT_ONLY or AGENTS[a].defaults), "none")
+        checked = {"agent": agent, key: value}
+        if key in STAGE_WIDE:  # checked on the chains' stages that have the option
+            chain = [t for c in reranks for t in c if _takes(t, key)]
+            if not chain:
+                raise fail(f"options.{key}", "no stage of any rerank chain has this option")
+            checked["rerank"] = chain
+            # together: a window is only valid with its step
+            checked.update({k: v for k, v in options.items() if k in STAGE_WIDE})
         try:  # each value is checked by the config itself, as a flag's would be
-            from_settings({"agent": agent, key: value})
+            from_settings(checked)
         except ValueError as e:
             raise fail(f"options.{key}", str(e)) from None
+
+    wide = {STAGE_WIDE[k]: v for k, v in options.items() if k in STAGE_WIDE}
+    for chain in reranks:  # each stage as its cells will have it, stage-wide options given
+        try:
+            [parse_stage(text, wide) for text in chain]
+        except ValueError as e:
+            raise fail("reranks", str(e)) from None
 
     compare = raw.get("compare", {})
     if not isinstance(compare, dict):
@@ -182,6 +228,7 @@ def load_sweep(path: Path | str) -> Sweep:
         prompts=prompts,
         options=options,
         compare=compare,
+        reranks=reranks,
     )
     try:
         cells(sweep)  # every cell's config is checked before anything runs
@@ -196,35 +243,55 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
     notes: list[str] = []
     seen: dict[tuple, str] = {}
     shared = {k: v for k, v in sweep.options.items() if k not in RUN_KEYS}
-    for dataset in sweep.datasets:
-        for agent in sweep.agents:
-            spec = AGENTS[agent]
-            families = {p.split("/")[0] for p in spec.prompts}
-            for retriever in sweep.retrievers:
-                for model in sweep.models if spec.uses_llm else [None]:
-                    for variant, overrides in sweep.prompts.items():
-                        used = {k: v for k, v in overrides.items() if k.split("/")[0] in families}
-                        settings = {**shared, "agent": agent, "dataset": dataset,
-                                    "retriever": retriever, "runs_dir": str(sweep.output / "runs"),
-                                    "cache_dir": str(sweep.cache_dir)}  # fmt: skip
-                        if model:
-                            settings["model"] = model
-                        if used:
-                            settings["prompt"] = {k: str(v) for k, v in used.items()}
-                        config = from_settings(settings)
-                        defaults = AGENTS[agent].defaults
-                        name = run_folder_name(
-                            to_dict(config), defaults, variant if model else None
-                        )
-                        key = (dataset, agent, retriever, model, tuple(sorted(used.items())))
-                        if key in seen:
-                            if seen[key] != name:
-                                notes.append(f"{name} is the same run as {seen[key]}; run once")
-                            continue
-                        seen[key] = name
-                        config = dataclasses.replace(config, run_name=name)
-                        out.append(Cell(name, dataset, config))
+    grid = [
+        (dataset, agent, retriever, chain)
+        for dataset in sweep.datasets
+        for agent in sweep.agents
+        for retriever in sweep.retrievers
+        for chain in sweep.reranks
+    ]
+    for dataset, agent, retriever, chain in grid:
+        spec = AGENTS[agent]
+        stages = [STAGES[stage_kind(text)] for text in chain]
+        families = {
+            p.split("/")[0] for p in (*spec.prompts, *(p for s in stages for p in s.prompts))
+        }
+        uses_llm = spec.uses_llm or any(s.uses_llm for s in stages)
+        for model in sweep.models if uses_llm else [None]:
+            for variant, overrides in sweep.prompts.items():
+                used = {k: v for k, v in overrides.items() if k.split("/")[0] in families}
+                settings = {
+                    # a stage-wide option goes to the chains with a stage that has it
+                    **{k: v for k, v in shared.items()
+                       if k not in STAGE_WIDE or any(_takes(t, k) for t in chain)},
+                    "agent": agent, "dataset": dataset, "retriever": retriever,
+                    "runs_dir": str(sweep.output / "runs"), "cache_dir": str(sweep.cache_dir),
+                }  # fmt: skip
+                if chain:
+                    settings["rerank"] = chain
+                if model:
+                    settings["model"] = model
+                if used:
+                    settings["prompt"] = {k: str(v) for k, v in used.items()}
+                config = from_settings(settings)
+                name = default_run_name(config, variant if model else None)
+                key = (dataset, agent, retriever, tuple(chain), model,
+                       tuple(sorted(used.items())))  # fmt: skip
+                if key in seen:
+                    if seen[key] != name:
+                        notes.append(f"{name} is the same run as {seen[key]}; run once")
+                    continue
+                seen[key] = name
+                config = dataclasses.replace(config, run_name=name)
+                out.append(Cell(name, dataset, config))
     return out, notes
+
+
+def _takes(stage_text: str, key: str) -> bool:
+    """Whether the stage of a --rerank spec has the option a stage-wide setting fills."""
+    spec = STAGES[stage_kind(stage_text)]
+    name = STAGE_WIDE[key]
+    return name in spec.defaults and (name != "model" or spec.uses_llm)
 
 
 def run_sweep(sweep: Sweep) -> int:

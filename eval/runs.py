@@ -329,14 +329,19 @@ def run_label(config: Mapping[str, Any]) -> str:
 
 
 def run_folder_name(
-    config: Mapping[str, Any], defaults: Mapping[str, Any], variant: str | None = None
+    config: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    variant: str | None = None,
+    stage_defaults: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
     """The default run folder name: the settings that tell runs apart, as one safe name.
 
     agent, retriever, model, ``variant`` (a sweep's name for its prompt set), dataset, then
     the settings that change the output: limit, padding, tie order, every agent option that
-    differs from ``defaults`` (the agent's own) and each rerank stage, so that e.g. the three
-    final-ranking modes of one agent sit side by side instead of refusing each other's folder.
+    differs from ``defaults`` (the agent's own) and each rerank stage with the options that
+    differ from its kind's ``stage_defaults`` (a stage's model only when it is not the run's),
+    so that e.g. the three final-ranking modes of one agent, or two rerank depths, sit side by
+    side instead of refusing each other's folder.
     """
     parts = _name_parts(config)
     if variant:
@@ -352,7 +357,7 @@ def run_folder_name(
         parts.append(f"ties={ties}")
     options = config.get("options") or {}
     parts += [f"{k}={v}" for k, v in options.items() if v != defaults.get(k)]
-    parts += [f"rerank={kind}" for kind in _stage_kinds(config)]
+    parts += [f"rerank={label}" for label in _stage_labels(config, stage_defaults or {})]
     return safe_name("-".join(parts))
 
 
@@ -378,6 +383,28 @@ def _retriever_name(config: Mapping[str, Any]) -> str:
 def _stage_kinds(config: Mapping[str, Any]) -> list[str]:
     stages = config.get("rerank") or ()
     return [str(s.get("kind", "?")) if isinstance(s, Mapping) else str(s) for s in stages]
+
+
+def _stage_labels(
+    config: Mapping[str, Any], stage_defaults: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Each stage as ``kind`` plus its non-default options: ``llm-listwise,depth=20``."""
+    run_model = _setting(config, "model", "llm.model")
+    labels = []
+    for stage in config.get("rerank") or ():
+        if not isinstance(stage, Mapping):
+            labels.append(str(stage))
+            continue
+        kind = str(stage.get("kind", "?"))
+        defaults = stage_defaults.get(kind)
+        options = stage.get("options") or {}
+        changed = [] if defaults is None else [
+            f"{k}={str(v).split('/')[-1] if k == 'model' else v}"
+            for k, v in options.items()
+            if v != defaults.get(k) and not (k == "model" and v == run_model)
+        ]  # fmt: skip
+        labels.append(",".join([kind, *changed]))
+    return labels
 
 
 def _setting(config: Mapping[str, Any], *paths: str) -> Any:

@@ -222,7 +222,7 @@ def test_bad_options_are_refused(listwise_stages):
         with pytest.raises(ConfigError):
             parse_stage(spec)
     assert parse_stage("llm-listwise,depth=5,window=3,step=2").options == {
-        "depth": 5, "window": 3, "step": 2, "doc_words": 300
+        "model": "", "api_base": "", "depth": 5, "window": 3, "step": 2, "doc_words": 300
     }  # fmt: skip
 
 

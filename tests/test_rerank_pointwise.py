@@ -135,7 +135,7 @@ def test_logprobs_order_the_top_depth_and_the_rest_keeps_its_place(tmp_path):
     messages, params = seen[0]
     assert params["logprobs"] is True and params["top_logprobs"] == 20
     assert params["max_tokens"] == 8  # answer_tokens: no reasoning asked for
-    assert "Answer with only \"yes\" or \"no\"" in messages[-1]["content"]
+    assert 'Answer with only "yes" or "no"' in messages[-1]["content"]
     # passages are cut to doc_words
     assert messages[-1]["content"].count("alpha") == DEFAULTS["doc_words"]
     assert steps[0]["usage"]["calls"] == 1 and steps[0]["cached"] is False
@@ -223,9 +223,7 @@ def test_bad_options_are_refused():
 # --- end to end --------------------------------------------------------------------------
 
 
-def test_a_run_judges_each_passage_and_the_trace_shows_every_judgement(
-    tmp_path, toy_dir, capsys
-):
+def test_a_run_judges_each_passage_and_the_trace_shows_every_judgement(tmp_path, toy_dir, capsys):
     def respond(messages, params):
         relevant = "Metformin" in messages[-1]["content"]
         p = 0.9 if relevant else 0.2

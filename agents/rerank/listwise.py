@@ -23,7 +23,15 @@ from agents.specs import StageSpec
 
 # doc_words counts whitespace-separated words, which is what RankGPT's "max_length = 300"
 # actually cuts (`" ".join(content.split()[:300])`); it is not a tokenizer count.
-DEFAULTS: dict[str, Any] = {"depth": 100, "window": 20, "step": 10, "doc_words": 300}
+# model "" is the run's --model (and its --api-base); agents.config fills in the name
+DEFAULTS: dict[str, Any] = {
+    "model": "",
+    "api_base": "",
+    "depth": 100,
+    "window": 20,
+    "step": 10,
+    "doc_words": 300,
+}
 INSERTRANK_DEFAULTS: dict[str, Any] = {**DEFAULTS, "score_name": "BM25"}
 # Fixed files of a prompt family besides its main one (default.txt: the opening user turn).
 PARTS = ("system", "ready", "passage", "received", "rank")
@@ -214,6 +222,7 @@ LISTWISE = StageSpec(
     "RankGPT listwise LLM reranking, sliding window from the bottom of the top-depth list up",
     "agents.rerank.listwise:build_listwise",
     uses_llm=True,
+    prompts=("rerank-listwise",),
     defaults=DEFAULTS,
     check_options=check_options,
 )
@@ -222,6 +231,7 @@ INSERTRANK = StageSpec(
     "InsertRank: listwise LLM reranking with each passage's first-stage score in the prompt",
     "agents.rerank.listwise:build_insertrank",
     uses_llm=True,
+    prompts=("insertrank",),
     defaults=INSERTRANK_DEFAULTS,
     check_options=check_insertrank_options,
 )

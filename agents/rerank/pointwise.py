@@ -27,6 +27,8 @@ from agents.specs import StageSpec
 FAMILY = "rerank-pointwise"
 JUDGES = ("auto", "logprobs", "grade")
 DEFAULTS: dict[str, Any] = {
+    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    "api_base": "",
     "depth": 100,
     "doc_words": 300,
     # auto: logprobs where the provider returns them, else a 0-3 grade in text
@@ -196,6 +198,7 @@ POINTWISE = StageSpec(
     "the LLM judges each of the top-depth passages alone: P(yes) from logprobs, else a 0-3 grade",
     "agents.rerank.pointwise:build_pointwise",
     uses_llm=True,
+    prompts=(FAMILY,),
     defaults=DEFAULTS,
     check_options=check_options,
 )
