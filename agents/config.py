@@ -38,7 +38,8 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
-from eval.runs import run_folder_name
+from eval.files import safe_name
+from eval.runs import run_folder_name, stage_labels
 from retrievers.config import (
     BM25_METHODS,
     ApiEmbedConfig,
@@ -124,6 +125,9 @@ class RunConfig:
     runs_dir: str = "runs"
     run_name: str | None = None  # default: from the settings that tell runs apart
     cache_dir: str | None = None  # default: eval.datasets.default_cache_dir()
+    # a finished run whose saved first-stage lists (and any leading stages this run shares with
+    # it) are reused instead of computed: `python -m agents.rerank RUN_FOLDER`
+    source_run: str | None = None
 
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
@@ -226,9 +230,16 @@ def _typed_like(default: Any, value: Any, where: str) -> Any:
 
 
 def default_run_name(config: RunConfig, variant: str | None = None) -> str:
-    """The run folder's name when none is given: the settings that tell runs apart."""
+    """The run folder's name when none is given: the settings that tell runs apart.
+
+    A rerank of a finished run is named after it: ``<source>-reranked-<its stages>``.
+    """
     stage_defaults = {kind: spec.defaults for kind, spec in STAGES.items()}
-    return run_folder_name(to_dict(config), AGENTS[config.agent].defaults, variant, stage_defaults)
+    data = to_dict(config)
+    if config.source_run:
+        labels = stage_labels(data, stage_defaults)
+        return safe_name(f"{Path(config.source_run).name}-reranked-{'-'.join(labels)}")
+    return run_folder_name(data, AGENTS[config.agent].defaults, variant, stage_defaults)
 
 
 # --- serialising ---------------------------------------------------------------------------
@@ -416,6 +427,9 @@ SETTINGS: dict[str, Setting] = {
     "rerank_model": Setting(
         "", "the LLM of every LLM rerank stage without its own (default: --model)"
     ),
+    "rerank_api_base": Setting(
+        "", "the server of the LLM rerank stages' model when it is not --model's"
+    ),
     "rerank_depth": Setting(
         "", "documents every rerank stage reorders, unless its spec says", positive_int
     ),
@@ -495,6 +509,7 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
 # settings that fill one option of every rerank stage having it, where its spec does not
 STAGE_WIDE = {
     "rerank_model": "model",
+    "rerank_api_base": "api_base",
     "rerank_depth": "depth",
     "rerank_window": "window",
     "rerank_step": "step",
@@ -570,10 +585,13 @@ def _prompt_files(items: Any) -> dict[str, Path]:
     return parse_prompt_overrides(list(items))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per setting, each defaulting to "not given" so the config's default applies."""
+def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    """One flag per setting (or per setting in `only`), each defaulting to "not given" so
+    the config's default applies."""
     defaults = _flat_defaults()
     for key, s in SETTINGS.items():
+        if only is not None and key not in only:
+            continue
         flag = "--" + key.replace("_", "-")
         shown = defaults.get(key)
         help_text = s.help + (f" (default: {shown})" if shown not in (None, "", [], {}) else "")

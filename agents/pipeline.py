@@ -113,11 +113,13 @@ async def arun(
         for model, api_base in config.llm_targets():
             check_model(model)
             check_credentials(model, api_base)
+    source = read_source_run(config) if config.source_run else None
     overrides = {name: Path(path) for name, path in config.prompt_files.items()}
     tasks = load_tasks(config.dataset, cache_dir)
     folders = task_folders(tasks)
     books = {t.name: PromptBook(overrides, t.name) for t in tasks}
-    config = dataclasses.replace(config, prompts=record_prompts(spec, config, tasks, books))
+    prompts = record_prompts(spec, config, tasks, books, source)
+    config = dataclasses.replace(config, prompts=prompts)
     # last, so that a refused input leaves no runs folder behind
     runs_dir = writable_folder(config.runs_dir, "--runs-dir")
     run_dir = runs_dir / (config.run_name or default_run_name(config))
@@ -138,6 +140,7 @@ async def arun(
             result = await run_task(
                 task, config, spec, llms, run_dir / folder, cache_dir, books[task.name],
                 fingerprint, progress,
+                source=(source, Path(config.source_run) / folder) if source else None,
             )  # fmt: skip
             results[folder] = result
             if on_task is not None:
@@ -158,16 +161,32 @@ async def arun(
 
 
 def record_prompts(
-    spec: AgentSpec, config: RunConfig, tasks: list[Task], books: dict[str, PromptBook]
+    spec: AgentSpec,
+    config: RunConfig,
+    tasks: list[Task],
+    books: dict[str, PromptBook],
+    source: RunConfig | None = None,
 ) -> dict[str, str]:
     """Every prompt the run will send, by name and sha256, recorded as the graphs load them.
 
     The graphs (and the LLM stages) are built once per task without retrievers or a model:
     building only loads prompts. The same books then serve the real graphs, which get each
-    prompt from the book's memory, so the recorded text is the text sent.
+    prompt from the book's memory, so the recorded text is the text sent. A rerank of a
+    finished run records its agent's prompts as that run did (they are not sent again).
     """
     used: dict[str, str] = {}
+    if source is not None:
+        stage_families = {f for s in STAGES.values() for f in s.prompts}
+        used.update(
+            (n, h) for n, h in source.prompts.items() if n.split("/")[0] not in stage_families
+        )
     for task in tasks:
+        if source is not None:
+            for stage in config.rerank:
+                if STAGES[stage.kind].uses_llm:
+                    STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
+            used.update(books[task.name].used)
+            continue
         ctx = AgentContext(
             retriever=None, first_stage=None, corpus={}, task=task.name,
             prompts=books[task.name], options=config.options,
@@ -314,6 +333,66 @@ def check_task_data(out: Path, task: Task, fingerprint: dict[str, str]) -> None:
         )
 
 
+FIRST_STAGE_FIELDS = ("agent", "dataset", "options", "retriever", "limit", "eval")
+
+
+def read_source_run(config: RunConfig) -> RunConfig:
+    """The finished run `config` reranks, checked to have made the same first stage."""
+    path = Path(config.source_run or "")
+    try:
+        source = from_dict(runs.read_config(path))
+    except FileNotFoundError:
+        raise RunError(f"{path}: not a run folder (no {runs.CONFIG_FILE})") from None
+    except (ValueError, TypeError) as e:
+        raise RunError(f"{path / runs.CONFIG_FILE}: {e}") from None
+    differ = [f for f in FIRST_STAGE_FIELDS if getattr(source, f) != getattr(config, f)]
+    if source.llm is not None and AGENTS[source.agent].uses_llm:
+        mine = dataclasses.replace(
+            config.llm,
+            **{k: getattr(source.llm, k) for k in ("cache", "concurrency", "rate_limit")},
+        )
+        if mine != source.llm:
+            differ.append("llm")
+    if differ:
+        raise RunError(
+            f"{path} made its first stage with other settings ({', '.join(differ)}); a rerank "
+            "reuses that run's settings for everything before its stages"
+        )
+    return source
+
+
+def adopt_records(source_dir: Path, stage_dir: Path) -> None:
+    """Copy a finished stage's records from the source run, unless this run has them."""
+    target = runs.records_path(stage_dir)
+    if target.exists():
+        return
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    shutil.copyfile(runs.records_path(source_dir), tmp)
+    tmp.replace(target)
+
+
+def _source_task(source_dir: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
+    """The source run's summary of a task, which must be finished on the same data."""
+    summary = runs.read_task_summary(source_dir)
+    if summary is None or not runs.records_path(source_dir).exists():
+        raise RunError(
+            f"{source_dir}: this task of the source run is not finished; resume that run first"
+        )
+    if summary.get("failed"):
+        raise RunError(
+            f"{source_dir}: {summary['failed']} queries of the source run failed; resume that "
+            "run first (re-run its command) so every query has a first-stage list"
+        )
+    old = summary.get("data") or {}
+    changed = [p for p in ("corpus", "queries") if old.get(p) != fingerprint[p]]
+    if changed:
+        raise RunError(
+            f"{source_dir}: the {' and '.join(changed)} changed since the source run was made"
+        )
+    return summary
+
+
 async def run_task(
     task: Task,
     config: RunConfig,
@@ -324,12 +403,15 @@ async def run_task(
     prompts: PromptBook,
     fingerprint: dict[str, str],
     progress: bool = True,
+    source: tuple[RunConfig, Path] | None = None,
 ) -> TaskResult:
     """Answer, rank and score one task into `out`; a finished task is read back, not redone.
 
     A finished task counts only for the data it was scored on: when the qrels changed, or
     its metrics.json is damaged, the metrics are computed again from the saved records (no
-    query is answered twice).
+    query is answered twice). With `source` (a finished run and its folder for this task)
+    the first stage's records, and those of each leading stage configured as the source's,
+    are copied from it: no retriever is built and no agent runs.
     """
     summary = runs.read_task_summary(out)
     if summary is not None and not summary.get("failed") and summary.get("data") == fingerprint:
@@ -338,34 +420,43 @@ async def run_task(
     runs.write_task_info(out, {"task": task.name, "path": str(task.path),
                                "fingerprint": fingerprint})  # fmt: skip
     started = time.perf_counter()
-    bm25_config = dataclasses.replace(config.retriever, spec="bm25")
-    bm25 = build_retriever(bm25_config, task, cache_dir, progress)
-    retriever = (
-        bm25
-        if config.retriever.spec == "bm25"
-        else build_retriever(config.retriever, task, cache_dir, progress)
-    )
-    ctx = AgentContext(
-        retriever=retriever,
-        first_stage=bm25,
-        corpus=task.corpus,
-        task=task.name,
-        llm=llms.get((config.llm.model, config.llm.api_base)) if config.llm else None,
-        depth=config.eval.depth,
-        prompts=prompts,
-        options=config.options,
-    )
     queries = _limited(task, config.limit)
     qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
     concurrency = config.llm.concurrency if config.llm else 4
-    records = await run_queries(
-        spec.build_graph(ctx),
-        queries,
-        runs.records_path(out),
-        concurrency=concurrency,
-        progress=progress,
-        label=f"{task.name} [{config.agent}]",
-    )
+    bm25 = None
+    if source is not None:
+        source_config, source_dir = source
+        source_summary = _source_task(source_dir, fingerprint)
+        adopt_records(source_dir, out)
+        records = {q: r for q, r in runs.read_records(runs.records_path(out)).items()
+                   if q in queries}  # fmt: skip
+    else:
+        bm25 = build_retriever(
+            dataclasses.replace(config.retriever, spec="bm25"), task, cache_dir, progress
+        )
+        retriever = (
+            bm25
+            if config.retriever.spec == "bm25"
+            else build_retriever(config.retriever, task, cache_dir, progress)
+        )
+        ctx = AgentContext(
+            retriever=retriever,
+            first_stage=bm25,
+            corpus=task.corpus,
+            task=task.name,
+            llm=llms.get((config.llm.model, config.llm.api_base)) if config.llm else None,
+            depth=config.eval.depth,
+            prompts=prompts,
+            options=config.options,
+        )
+        records = await run_queries(
+            spec.build_graph(ctx),
+            queries,
+            runs.records_path(out),
+            concurrency=concurrency,
+            progress=progress,
+            label=f"{task.name} [{config.agent}]",
+        )
     stages: dict[str, dict[str, float]] = {}
     stage_dirs = [out]
     evaluation = _score_stage(out, records, qrels, task, config)
@@ -374,6 +465,8 @@ async def run_task(
     usage = _usage(records)
     for i, stage_config in enumerate(config.rerank, 1):
         folder = out / runs.stage_dir_name(i, stage_config.kind)
+        if source is not None and source[0].rerank[:i] == config.rerank[:i]:
+            adopt_records(source[1] / folder.name, folder)  # the same stage on the same lists
         llm = llms[config.stage_llm(stage_config)] if STAGES[stage_config.kind].uses_llm else None
         stage = STAGES[stage_config.kind].build(
             _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir)
@@ -412,7 +505,11 @@ async def run_task(
         "stages": stages,
         "final_stage": stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
     }
-    if spec.name != "none":
+    if source is not None:
+        summary["source_run"] = str(source[1])
+        if "bm25_baseline" in source_summary and source_summary.get("data") == fingerprint:
+            summary["bm25_baseline"] = source_summary["bm25_baseline"]
+    elif spec.name != "none" and bm25 is not None:
         base_run = _final_run(baseline_run(bm25, queries, config.eval.depth), task, config)
         base = evaluate(qrels, base_run, missing=config.eval.missing, ties=config.eval.ties)
         summary["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}

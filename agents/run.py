@@ -112,10 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a disk that fills up or turns read-only mid-run
         print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
         return 2
-    return _summary(result)
+    return print_summary(result)
 
 
-def _summary(result: RunResult) -> int:
+def print_summary(result: RunResult) -> int:
+    """The run's leaderboard and where it is; the exit status (1 when queries failed)."""
     table = leaderboard_markdown(
         {result.run_dir.name: {f: t.metrics[HEADLINE] for f, t in result.tasks.items()}},
         tasks=list(result.tasks),

@@ -357,7 +357,7 @@ def run_folder_name(
         parts.append(f"ties={ties}")
     options = config.get("options") or {}
     parts += [f"{k}={v}" for k, v in options.items() if v != defaults.get(k)]
-    parts += [f"rerank={label}" for label in _stage_labels(config, stage_defaults or {})]
+    parts += [f"rerank={label}" for label in stage_labels(config, stage_defaults or {})]
     return safe_name("-".join(parts))
 
 
@@ -385,7 +385,7 @@ def _stage_kinds(config: Mapping[str, Any]) -> list[str]:
     return [str(s.get("kind", "?")) if isinstance(s, Mapping) else str(s) for s in stages]
 
 
-def _stage_labels(
+def stage_labels(
     config: Mapping[str, Any], stage_defaults: Mapping[str, Mapping[str, Any]]
 ) -> list[str]:
     """Each stage as ``kind`` plus its non-default options: ``llm-listwise,depth=20``."""

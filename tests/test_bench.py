@@ -44,6 +44,13 @@ EXPECTED: dict[str, list[str]] = {
         rf"^  agents\.run --agent none \(demo, resumed\) +{NUM} s +{NUM}x faster",
         rf"^  agents\.trace \(a query of that run\) +{NUM} s +{NUM}x faster",
     ],
+    "rerank_cost_bench.py": [
+        r"^  first stage: bm25 \(agent none\) +0\.0 +0 +0$",
+        r"^  first stage: hyde +1\.0 +[\d,]+ +[\d,]+$",
+        r"^  llm-pointwise depth 20 +20\.0 +[\d,]+ +[\d,]+",  # one call per passage
+        r"^  llm-listwise depth 20 +1\.0 +[\d,]+ +[\d,]+",  # one window of 20
+        rf"^  ratio insertrank depth 20 / hyde prompt tokens: {NUM}",
+    ],
     "embed_bench.py": [
         rf"^fp32: {NUM} docs/s",
         rf"^bf16/fp32 speed ratio: {NUM}",

@@ -188,7 +188,7 @@ def test_unknown_prompt_name_lists_known_ones():
     with pytest.raises(
         PromptError,
         match="known prompts: hyde, insertrank, lamer, query2doc, query2doc-examples, reason, "
-        "rerank-listwise, search-o1, search-r1, system",
+        "rerank-listwise, rerank-pointwise, search-o1, search-r1, system",
     ):
         load_prompt("hide", "exam")
 
@@ -231,6 +231,11 @@ RULES = {
     "rerank-listwise/received": ({"rank"}, {"rank"}),
     "rerank-listwise/ready": (set(), set()),
     "rerank-listwise/system": (set(), set()),
+    **{
+        name: ({"query", "passage"}, {"query", "passage"})
+        for name in ("rerank-pointwise", "rerank-pointwise/grade", "rerank-pointwise/reason",
+                     "rerank-pointwise/reason-grade")
+    },  # fmt: skip
 }
 
 

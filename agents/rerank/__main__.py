@@ -1,0 +1,131 @@
+"""Rerank a finished run: `python -m agents.rerank RUN_FOLDER --rerank llm-listwise ...`.
+
+The new run folder (beside the source, named ``<source>-reranked-<stages>`` unless
+``--run-name`` says) reuses the source's saved first-stage lists: no retriever is built and
+no agent runs. Its config is the source's, with these stages and ``source_run`` naming the
+folder they came from. Stages the new chain shares with the source's, from the first on,
+are reused as well: ``--rerank cross:m --rerank llm-listwise`` after a run that ended in
+``cross:m`` pays only for the listwise stage.
+
+The stages call ``--rerank-model`` (default: the source run's model, or the embedded model
+when the source called none). Temperature and max tokens are the source's LLM settings when
+its agent called a model, so that its config stays true for both stages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+from agents.config import (
+    STAGE_WIDE,
+    ConfigError,
+    LLMConfig,
+    RunConfig,
+    add_arguments,
+    from_dict,
+    from_settings,
+    settings_from_args,
+    stages_with,
+)
+from agents.llm.errors import LLMAuthError
+from agents.registry import AGENTS, STAGES
+from eval.datasets import DataError
+from eval.files import describe_os_error
+from eval.runs import read_config
+
+# the flags of agents.run that a rerank of a finished run may set
+FLAGS = (
+    "rerank", *STAGE_WIDE, "temperature", "max_tokens", "cache", "concurrency", "rate_limit",
+    "prompt", "runs_dir", "run_name", "cache_dir",
+)  # fmt: skip
+LLM_FLAGS = ("temperature", "max_tokens", "cache", "concurrency", "rate_limit")
+WHAT_THE_SOURCE_DECIDES = ("temperature", "max_tokens")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m agents.rerank",
+        allow_abbrev=False,
+        description="Rerank the saved ranked lists of a finished agents.run run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="rerank stages:\n"
+        + "".join(f"  {n:<16} {s.description}\n" for n, s in STAGES.items()),
+    )
+    p.add_argument("source", type=Path, help="a finished run folder (written by agents.run)")
+    add_arguments(p, only=FLAGS)
+    p.add_argument(
+        "--overwrite", action="store_true", help="replace a run folder of another config"
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    if not args.rerank:
+        p.error("give at least one --rerank stage")
+    return args
+
+
+def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
+    """The config of a rerank of the run in `source_dir`, from this command's settings."""
+    try:
+        source = from_dict(read_config(source_dir))
+    except FileNotFoundError:
+        raise ConfigError(f"{source_dir}: not a run folder (no config.json)") from None
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{source_dir / 'config.json'}: {e}") from None
+    wide = {STAGE_WIDE[k]: v for k, v in settings.items() if k in STAGE_WIDE}
+    stages = stages_with(settings["rerank"], wide)
+    llm_given = {k: settings[k] for k in LLM_FLAGS if k in settings}
+    if source.llm is not None and AGENTS[source.agent].uses_llm:
+        for key in WHAT_THE_SOURCE_DECIDES:
+            if key in llm_given and llm_given[key] != getattr(source.llm, key):
+                raise ConfigError(
+                    f"--{key.replace('_', '-')} {llm_given[key]}: the source run's agent used "
+                    f"{getattr(source.llm, key)}; its LLM settings are this run's too"
+                )
+        llm = dataclasses.replace(source.llm, **llm_given)
+    else:
+        model = settings.get("rerank_model")
+        llm = LLMConfig(**({"model": model} if model else {}), **llm_given)
+    prompt_files = dict(source.prompt_files)
+    if "prompt" in settings:
+        prompt_files.update(from_settings({"prompt": settings["prompt"]}).prompt_files)
+    return dataclasses.replace(
+        source,
+        rerank=stages,
+        llm=llm,
+        prompt_files=prompt_files,
+        prompts={},
+        source_run=str(source_dir.resolve()),
+        runs_dir=str(settings.get("runs_dir") or source_dir.resolve().parent),
+        run_name=settings.get("run_name"),
+        cache_dir=settings.get("cache_dir") or source.cache_dir,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    from agents.pipeline import run  # after parsing: --help stays fast
+    from agents.run import print_summary, report
+
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        config = rerank_config(args.source, settings_from_args(args))
+        result = run(
+            config,
+            overwrite=args.overwrite,
+            progress=not args.quiet,
+            on_task=lambda task: print(report(task), flush=True),
+        )
+    except (ConfigError, DataError, ValueError, LLMAuthError) as e:  # one-line refusals
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
+        return 2
+    return print_summary(result)
+
+if __name__ == "__main__":
+    sys.exit(main())
