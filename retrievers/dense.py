@@ -194,6 +194,34 @@ def resolve_model(model: str) -> tuple[str, str]:
     return model, model
 
 
+def model_revision(load_path: str) -> str | None:
+    """What names the version of the weights at ``load_path``, for cache keys.
+
+    A hub snapshot (``.../snapshots/<commit>``, or a hub name whose files are in the local
+    hub cache) is named by its commit; any other folder by a hash of its files' names, sizes
+    and modification times, so weights retrained or replaced in place never reuse scores or
+    embeddings of the old ones. None for a hub name not downloaded yet.
+    """
+    path = Path(load_path)
+    if path.is_dir():
+        if path.parent.name == "snapshots":
+            return path.name
+        digest = hashlib.sha256()
+        for file in sorted(p for p in path.rglob("*") if p.is_file()):
+            stat = file.stat()
+            digest.update(
+                f"{file.relative_to(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+            )
+        return "files:" + digest.hexdigest()[:16]
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(load_path, "config.json")
+    except Exception:  # not a valid repo id: nothing cached under it
+        return None
+    return Path(found).parent.name if isinstance(found, str) else None
+
+
 def resolve_dtype(dtype: str) -> str:
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
@@ -311,7 +339,9 @@ def build_dense(
     dtype = resolve_dtype(dtype)
     st = load_sentence_transformer(load_path, dtype, max_length, resolve_device(device))
     # The device stays out of the id: it changes where the embeddings are computed, not them.
-    encoder_id = f"st:{model_id}|max_length={st.max_seq_length}|dtype={dtype}"
+    # The revision is read after loading, when a hub model is in the hub cache.
+    revision = model_revision(load_path) or "unknown"
+    encoder_id = f"st:{model_id}|revision={revision}|max_length={st.max_seq_length}|dtype={dtype}"
     return build_index(
         corpus,
         encoder_id,

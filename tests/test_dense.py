@@ -363,6 +363,8 @@ def test_resolved_device_batch_size_and_max_length_reach_the_model(tmp_path, st_
     assert device == "cpu" and model.device.type == "cpu"
     assert model.max_seq_length == 16 and "|max_length=16|" in retriever.index.encoder_id
     assert encodes and all(e["batch_size"] == 3 for e in encodes)
+    # the bundled model is a folder: its files' revision names the embeddings
+    assert "|revision=files:" in retriever.index.encoder_id
 
 
 def test_auto_device_on_a_gpu_box_loads_on_cuda_and_reuses_the_cpu_cache(

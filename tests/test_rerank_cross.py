@@ -217,3 +217,67 @@ def test_end_to_end_after_the_baseline_and_a_rerun_pays_nothing(
     assert {q: r["ranking"] for q, r in again.items()} == {
         q: r["ranking"] for q, r in reranked.items()
     }
+
+
+def test_weights_replaced_in_place_never_reuse_the_old_scores(tmp_path, predict_calls):
+    import shutil
+
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    from retrievers.dense import resolve_model
+
+    def save(seed: int, path: Path) -> None:
+        torch.manual_seed(seed)
+        CrossEncoder(resolve_model("all-MiniLM-L6-v2")[1], num_labels=1, device="cpu").save(
+            str(path)
+        )
+
+    def rerank() -> tuple[dict, list[int]]:
+        load_cross_encoder.cache_clear()
+        before = len(predict_calls)  # saving a model scores a model card's examples
+        result = asyncio.run(
+            _stage(model, tmp_path / "cache").rerank("q1", QUERIES["q1"], _previous_ranking())
+        )
+        return result, predict_calls[before:]
+
+    model = tmp_path / "retrained"
+    save(0, model)
+    first, calls = rerank()
+    assert calls == [len(CORPUS)]
+    assert rerank()[1] == []  # the same weights: every score from the cache
+    shutil.rmtree(model)
+    save(1, model)  # the same path, other weights
+    second, calls = rerank()
+    assert calls == [len(CORPUS)]  # scored again, not read from the cache
+    assert first["steps"][0]["scores"] != second["steps"][0]["scores"]
+
+
+def test_a_hub_model_is_named_by_the_commit_of_its_cached_snapshot(tmp_path, monkeypatch):
+    """The hub cache layout (models--org--name/refs/main, snapshots/<commit>/) built here."""
+    from retrievers.dense import model_revision
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    hub = tmp_path / "hub"
+    repo = hub / "models--BAAI--bge-reranker-v2-m3"
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(hub))
+    import huggingface_hub.file_download
+
+    monkeypatch.setattr(huggingface_hub.file_download, "HF_HUB_CACHE", str(hub), raising=False)
+    assert model_revision("BAAI/bge-reranker-v2-m3") == commit
+    assert model_revision(str(repo / "snapshots" / commit)) == commit
+    assert model_revision("BAAI/not-downloaded") is None
+    assert model_revision("not a repo id!") is None
+    local = tmp_path / "mine"
+    local.mkdir()
+    (local / "config.json").write_text("{}")
+    before = model_revision(str(local))
+    assert before.startswith("files:") and model_revision(str(local)) == before
+    (local / "config.json").write_text('{"changed": true}')
+    assert model_revision(str(local)) != before

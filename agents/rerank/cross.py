@@ -145,15 +145,29 @@ class CrossStage:
         self.device = device
         self.cache = ScoreCache(Path(cache_dir) / "rerank" / "cross") if cache_dir else None
         self._model_lock = threading.Lock()
-        # Truncation changes the score, so the max length is part of what names the model.
-        self._key_prefix = {"format": CACHE_FORMAT, "model": self.model_id,
-                            "max_length": max_length}  # fmt: skip
+        self._key_prefix: dict[str, Any] | None = None
 
     def model(self):
         return load_cross_encoder(self.load_path, self.max_length, self.device)
 
+    def key_prefix(self) -> dict[str, Any]:
+        """What names the model in a score's key: its id, its weights' revision and the max
+        length (truncation changes the score). A hub model not downloaded yet is loaded
+        first, so that its revision is known."""
+        if self._key_prefix is None:
+            from retrievers.dense import model_revision
+
+            revision = model_revision(self.load_path)
+            if revision is None:
+                with self._model_lock:
+                    self.model()
+                revision = model_revision(self.load_path) or "unknown"
+            self._key_prefix = {"format": CACHE_FORMAT, "model": self.model_id,
+                                "revision": revision, "max_length": self.max_length}  # fmt: skip
+        return self._key_prefix
+
     def _key(self, query: str, text: str) -> str:
-        entry = {**self._key_prefix, "query": query, "doc": text}
+        entry = {**self.key_prefix(), "query": query, "doc": text}
         blob = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
