@@ -20,7 +20,7 @@ PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
 def respond(messages, params):
     content = messages[-1]["content"]
     if "Passage: " in content and params.get("logprobs"):  # llm-pointwise
-        p = 0.9 if "Metformin" in content else 0.3
+        p = 0.9 if "Insulin" in content else 0.3  # d1, below the agent's top (d2)
         return scripted.Reply("yes", [("yes", math.log(p), [("yes", math.log(p)),
                                                             ("no", math.log(1 - p))])])  # fmt: skip
     if "Rank the" in content:  # llm-listwise: the window upside down
@@ -81,8 +81,17 @@ def test_a_rerank_reuses_the_first_stage_and_the_shared_stage_and_pays_only_for_
     assert provider.calls == windows  # no agent call, no pointwise judgement: only windows
     pointwise = read_records(out / "toy" / "rerank-1-llm-pointwise" / "queries.jsonl")
     for q, record in listwise.items():
-        before = [d for d, _ in pointwise[q]["ranking"]]
-        assert sorted(d for d, _ in record["ranking"]) == sorted(before)
+        # the cascade in order: listwise starts from pointwise's order, not the agent's;
+        # replaying its window reversals on that order gives its saved ranking
+        order = [d for d, _ in pointwise[q]["ranking"]]
+        for step in record["steps"]:
+            lo, hi = step["window"]
+            assert step["doc_ids"] == order[lo:hi]
+            order[lo:hi] = order[lo:hi][::-1]
+        assert [d for d, _ in record["ranking"]] == order
+    agent = read_records(out / "toy" / "queries.jsonl")
+    moved = [q for q in agent if pointwise[q]["ranking"][0][0] != agent[q]["ranking"][0][0]]
+    assert moved and all(pointwise[q]["ranking"][0][0] == "d1" for q in moved)
     summary = json.loads((out / "toy" / "metrics.json").read_text())
     assert summary["final_stage"] == "rerank-2-llm-listwise"
     assert set(summary["stages"]) == {"agent", "rerank-1-llm-pointwise", "rerank-2-llm-listwise"}
