@@ -58,8 +58,15 @@ def test_the_judged_token_is_the_first_yes_or_no_unless_reasoning_where_it_is_th
     assert yes_probability(plain, last=True) == pytest.approx(0.4)
 
 
+def test_an_answer_that_writes_no_yes_or_no_is_read_where_one_was_offered():
+    # "The answer is" (cut at 3 tokens): its first position offered No and Yes
+    logprobs = [("The", LN(0.1), [("No", LN(0.4)), ("Yes", LN(0.1)), ("The", LN(0.1))]),
+                (" answer", LN(0.9), [(" answer", LN(0.9))]), (" is", LN(0.8), [])]  # fmt: skip
+    assert yes_probability(logprobs, last=False) == pytest.approx(0.2)
+
+
 def test_an_answer_without_yes_or_no_has_no_probability():
-    assert yes_probability([("Maybe", -0.1, [("Maybe", -0.1), ("No", -3.0)])], False) is None
+    assert yes_probability([("Maybe", -0.1, [("Maybe", -0.1), ("Perhaps", -3.0)])], False) is None
     assert yes_probability([], False) is None
     # "yesterday" is not "yes"
     assert yes_probability([("yesterday", -0.1, [])], False) is None

@@ -153,3 +153,25 @@ def test_a_refused_key_stops_the_run_after_one_request(keyed_server, tmp_path, k
     assert seconds < 60
     secrets = [NO_KEY_PLACEHOLDER.encode()] + ([key.encode()] if key else [])
     assert [p for p in written(tmp_path) for s in secrets if s in p.read_bytes()] == []
+
+
+def test_llm_pointwise_scores_with_the_servers_logprobs(open_server, tmp_path):
+    """A served model's logprobs reach the stage: every judgement is read from them."""
+    before = len(open_server.completions())
+    done = run_cli(
+        open_server, tmp_path, "--limit", "2", "--rerank", "llm-pointwise,depth=3,doc_words=40",
+        "--max-tokens", "8",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stage = tmp_path / "runs" / "r" / "demo" / "rerank-1-llm-pointwise" / "queries.jsonl"
+    records = read_records(stage)
+    steps = [s for r in records.values() for s in r["steps"]]
+    assert len(steps) == 6 and all(r["error"] is None for r in records.values())
+    assert {s["judged_by"] for s in steps} == {"logprobs"}
+    assert all(0.0 <= s["score"] <= 1.0 for s in steps if s["score"] is not None)
+    assert sum(s["score"] is not None for s in steps) >= 4  # SmolLM2 mostly offers yes/no
+    # hyde's 2 calls, then one per judged passage; a rerun asks the server nothing
+    assert len(open_server.completions()) - before == 2 + 6
+    assert run_cli(open_server, tmp_path, "--limit", "2", "--rerank",
+                   "llm-pointwise,depth=3,doc_words=40", "--max-tokens", "8").returncode == 0
+    assert len(open_server.completions()) - before == 2 + 6

@@ -77,13 +77,24 @@ def answer_start(tokens: Sequence[str]) -> int:
 def yes_probability(
     logprobs: Sequence[tuple[str, float, Sequence[tuple[str, float]]]], last: bool
 ) -> float | None:
-    """P(yes) / (P(yes) + P(no)) at the answer's first (or ``last``) yes/no token, from the
-    token's alternatives; None when the answer has no yes/no token."""
+    """P(yes) / (P(yes) + P(no)) at the answer's judgement token, from its alternatives.
+
+    The judgement token is the answer's first (or ``last``) sampled yes/no token; when the
+    model wrote none ("The answer is..." cut short), it is the first answer position whose
+    alternatives hold a yes or a no, the position a yes/no judge reads. None when no
+    position does.
+    """
     tokens = [token for token, _, _ in logprobs]
-    at = [i for i in range(answer_start(tokens), len(tokens)) if _word(tokens[i]) in YES | NO]
-    if not at:
-        return None
-    token, logprob, top = logprobs[at[-1] if last else at[0]]
+    answer = range(answer_start(tokens), len(tokens))
+    sampled = [i for i in answer if _word(tokens[i]) in YES | NO]
+    if sampled:
+        at = sampled[-1] if last else sampled[0]
+    else:
+        offered = [i for i in answer if any(_word(t) in YES | NO for t, _ in logprobs[i][2])]
+        if not offered:
+            return None
+        at = offered[0]
+    token, logprob, top = logprobs[at]
     # the sampled token is among the alternatives unless top_logprobs was 0; count it once
     seen = {alt: lp for alt, lp in top}
     seen.setdefault(token, logprob)
