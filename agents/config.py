@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.llm.serving import ROUTINGS, SERVERS
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url
 from eval.argtypes import (
@@ -66,6 +67,9 @@ class LLMConfig:
     cache: str = "use"  # use | refresh (call again, overwrite) | off
     concurrency: int = 4  # queries in flight
     rate_limit: float | None = None  # requests per second to the provider
+    server: str = "auto"  # what serves api_base (agents.llm.serving): how a turn is continued
+    chat_template: str | None = None  # llamacpp: chatml, a Jinja file or a tokenizer folder
+    routing: str = "simple-shuffle"  # several api_base URLs: how requests are spread
 
     def __post_init__(self) -> None:
         for name, checker in (
@@ -74,6 +78,8 @@ class LLMConfig:
             ("concurrency", optional(positive_int)),
             ("rate_limit", optional(positive_float)),
             ("cache", one_of(CACHE_MODES)),
+            ("server", one_of(SERVERS)),
+            ("routing", one_of(ROUTINGS)),
         ):
             check_field(self, name, "llm", checker, ConfigError)
         if not isinstance(self.model, str) or not self.model:
@@ -245,7 +251,7 @@ def default_run_name(config: RunConfig, variant: str | None = None) -> str:
 # --- serialising ---------------------------------------------------------------------------
 
 RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files")  # where, not what
-LLM_RUNTIME = ("cache", "concurrency", "rate_limit")  # how fast, not what
+LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing")  # how fast, not what
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -369,7 +375,24 @@ SETTINGS: dict[str, Setting] = {
     "fusion": Setting("retriever.fusion.method", "how '+' retrievers are fused"),
     "fusion_k": Setting("retriever.fusion.k", "reciprocal-rank fusion's k", positive_int),
     "model": Setting("llm.model", "LLM: any litellm model, or local/<name> (embedded)"),
-    "api_base": Setting("llm.api_base", "LLM: base URL of an OpenAI-compatible server"),
+    "api_base": Setting(
+        "llm.api_base",
+        "LLM: base URL of an OpenAI-compatible server, or several joined by commas (replicas)",
+    ),
+    "server": Setting(
+        "llm.server",
+        "what serves --api-base: vllm and sglang continue turns on their chat endpoint, "
+        "llamacpp on its completions endpoint, openai (generic) only chats; auto: vllm for "
+        "hosted_vllm/ models, else openai",
+        choices=SERVERS,
+    ),
+    "chat_template": Setting(
+        "llm.chat_template",
+        "--server llamacpp: how prompts are rendered: chatml, a Jinja file or a tokenizer folder",
+    ),
+    "routing": Setting(
+        "llm.routing", "several --api-base URLs: litellm Router's strategy", choices=ROUTINGS
+    ),
     "temperature": Setting("llm.temperature", "LLM sampling temperature", non_negative_float),
     "max_tokens": Setting("llm.max_tokens", "per LLM call", positive_int),
     "cache": Setting(

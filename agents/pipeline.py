@@ -213,6 +213,10 @@ def _llms(config: RunConfig, cache_dir: Path) -> dict[tuple[str, str | None], An
             cache_dir=cache_dir,
             cache_mode=llm.cache,
             rate_limit=llm.rate_limit,
+            # the server kind is the run's server's; a stage's own server is a generic API
+            server=llm.server if api_base == llm.api_base else "auto",
+            chat_template=llm.chat_template if api_base == llm.api_base else None,
+            routing=llm.routing,
             params={"temperature": llm.temperature, "max_tokens": llm.max_tokens},
         )
         for model, api_base in config.llm_targets()

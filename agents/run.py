@@ -72,6 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--overwrite", action="store_true", help="replace a run folder holding another config"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--dry-run", action="store_true", help="estimate LLM calls, tokens and cost; call no model"
+    )
     return p.parse_args(argv)
 
 
@@ -97,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
         config = from_settings(settings_from_args(args))
+        if args.dry_run:  # writes nothing: no run folder, no cache entry
+            from agents.estimate import estimate, format_estimate
+
+            print(format_estimate(estimate(config)), flush=True)
+            return 0
         result = run(
             config,
             overwrite=args.overwrite,

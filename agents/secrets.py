@@ -58,9 +58,14 @@ def redact(text: str, extra: tuple[str, ...] = ()) -> str:
 
 
 def public_url(url: str | None) -> str | None:
-    """``url`` as it may be recorded: the password and credential-named parameters masked."""
+    """``url`` as it may be recorded: the password and credential-named parameters masked.
+
+    Several URLs joined by commas (replicas) are masked one by one.
+    """
     if not url:
         return url
+    if "," in url:
+        return ",".join(public_url(part) or "" for part in url.split(","))
     parts = urlsplit(url)
     netloc = parts.netloc
     if parts.password is not None:

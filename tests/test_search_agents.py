@@ -292,6 +292,7 @@ class FakeLLM:
     """Returns scripted texts with a chosen finish_reason (the scripted provider cannot)."""
 
     model = "fake/test"
+    continues_turns = False  # a chat API, as agents.llm.LLM says of one
 
     def __init__(self, outputs: list[tuple[str, str]]) -> None:
         self.outputs = list(outputs)

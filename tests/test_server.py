@@ -8,6 +8,7 @@ the server.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -28,6 +29,7 @@ SERVED = "smollm2"  # the server's model alias: the client asks for openai/smoll
 SERVER_KEY = "srv-key-0123456789"
 STARTUP_S = 60.0  # loading a 98 MB model takes ~2 s here; a busy machine gets room
 COMPLETIONS = '"POST /v1/chat/completions '
+TEXT_COMPLETIONS = '"POST /v1/completions '
 
 
 @dataclass
@@ -38,6 +40,10 @@ class Server:
     def completions(self) -> list[str]:
         """The access-log lines of chat completion requests so far."""
         return [line for line in self.log.read_text().splitlines() if COMPLETIONS in line]
+
+    def completions_endpoint(self) -> list[str]:
+        """The access-log lines of (raw) completion requests so far."""
+        return [line for line in self.log.read_text().splitlines() if TEXT_COMPLETIONS in line]
 
 
 def _free_port() -> int:
@@ -56,16 +62,16 @@ def _answers(url: str) -> bool:
     return True
 
 
-def _serve(folder: Path, api_key: str | None):
+def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "smollm2-135m"):
     pytest.importorskip("llama_cpp.server.app", reason="llama_cpp.server needs its extras")
     from agents.llm.local import model_file
 
     port = _free_port()
     log = folder / "server.log"
     cmd = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(model_file("smollm2-135m")),
+        sys.executable, "-m", "llama_cpp.server", "--model", str(model_file(model)),
         "--model_alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "1024", "--n_threads", "1", "--n_threads_batch", "2", "--verbose", "False",
+        "--n_ctx", str(n_ctx), "--n_threads", "1", "--n_threads_batch", "2", "--verbose", "False",
     ]  # fmt: skip
     if api_key:
         cmd += ["--api_key", api_key]
@@ -111,7 +117,7 @@ def run_cli(server: Server, tmp_path: Path, *extra: str, key: str | None = None)
         "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
         "--run-name", "r", "--quiet", *extra,
     ]  # fmt: skip
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
 def written(tmp_path: Path) -> list[Path]:
@@ -172,6 +178,160 @@ def test_llm_pointwise_scores_with_the_servers_logprobs(open_server, tmp_path):
     assert sum(s["score"] is not None for s in steps) >= 4  # SmolLM2 mostly offers yes/no
     # hyde's 2 calls, then one per judged passage; a rerun asks the server nothing
     assert len(open_server.completions()) - before == 2 + 6
-    assert run_cli(open_server, tmp_path, "--limit", "2", "--rerank",
-                   "llm-pointwise,depth=3,doc_words=40", "--max-tokens", "8").returncode == 0
+    assert (
+        run_cli(
+            open_server,
+            tmp_path,
+            "--limit",
+            "2",
+            "--rerank",
+            "llm-pointwise,depth=3,doc_words=40",
+            "--max-tokens",
+            "8",
+        ).returncode
+        == 0
+    )
     assert len(open_server.completions()) - before == 2 + 6
+
+
+# --- continue mode through the server -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def roomy_server(tmp_path_factory):
+    yield from _serve(tmp_path_factory.mktemp("roomy-server"), api_key=None, n_ctx=8192)
+
+
+@pytest.fixture(scope="module")
+def qwen_server(tmp_path_factory):
+    yield from _serve(
+        tmp_path_factory.mktemp("qwen-server"), api_key=None, n_ctx=8192,
+        model="qwen2.5-coder-0.5b",
+    )  # fmt: skip
+
+
+def gguf_template(model: str, folder: Path) -> Path:
+    """The chat template the model's GGUF carries, in a file."""
+    from llama_cpp import Llama
+
+    from agents.llm.local import model_file
+
+    llm = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
+    path = folder / f"{model}.jinja"
+    path.write_text(llm.metadata["tokenizer.chat_template"])
+    llm.close()
+    return path
+
+
+def agent_run(tmp_path: Path, name: str, agent: str, *flags: str) -> dict:
+    cmd = [
+        sys.executable, "-m", "agents.run", "--agent", agent, "--dataset", "demo",
+        "--max-tokens", "48", "--max-turns", "2", *flags,
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+        "--run-name", name, "--quiet",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return read_records(tmp_path / "runs" / name / "demo" / "queries.jsonl")
+
+
+def llm_steps(records: dict) -> list[tuple]:
+    return [
+        (q, s["node"], s.get("llm_mode"), json.dumps(s["messages"]), s["output"])
+        for q, r in sorted(records.items())
+        for s in r["steps"]
+        if "messages" in s
+    ]
+
+
+# search-o1 with Qwen2.5 0.5B, which searches on the first demo query; SmolLM2 never searches
+# there, but Search-R1's invalid-action retries continue its turn on both of two queries
+CONTINUE_CASES = [("search-o1", "qwen2.5-coder-0.5b", "1"), ("search-r1", "smollm2-135m", "2")]
+
+
+@pytest.mark.parametrize(
+    ("agent", "model", "limit"), CONTINUE_CASES, ids=["search-o1", "search-r1"]
+)
+def test_continue_mode_through_the_server_equals_the_in_process_run(
+    request, tmp_path, agent, model, limit
+):
+    server = request.getfixturevalue("qwen_server" if model.startswith("qwen") else "roomy_server")
+    template = gguf_template(model, tmp_path)
+    local = agent_run(tmp_path, "local", agent, "--limit", limit, "--model", f"local/{model}")
+    before = len(server.completions_endpoint())
+    served = agent_run(
+        tmp_path, "served", agent, "--limit", limit, "--model", f"openai/{SERVED}",
+        "--api-base", server.url, "--server", "llamacpp", "--chat-template", str(template),
+    )  # fmt: skip
+    assert llm_steps(served) == llm_steps(local)  # every call: same messages, same output
+    assert {mode for _, _, mode, _, _ in llm_steps(served) if mode} == {"continue"}
+    continued = [m for *_, m, _ in llm_steps(served) if json.loads(m)[-1]["role"] == "assistant"]
+    assert continued, "no call continued a partial turn"
+    for q in local:
+        assert served[q]["ranking"] == local[q]["ranking"]
+    assert len(server.completions_endpoint()) - before == len(llm_steps(served))
+
+
+def test_chat_mode_through_the_server_hands_results_back_as_user_turns(roomy_server, tmp_path):
+    served = agent_run(
+        tmp_path, "chat", "search-r1", "--limit", "2", "--model", f"openai/{SERVED}",
+        "--api-base", roomy_server.url, "--server", "openai",
+    )  # fmt: skip
+    steps = llm_steps(served)
+    assert len(steps) > 2 and {mode for _, _, mode, _, _ in steps} == {"chat"}
+    assert all(json.loads(m)[-1]["role"] == "user" for _, _, _, m, _ in steps)
+
+
+# --- replicas behind litellm's Router -----------------------------------------------------------
+
+
+@pytest.fixture
+def dead_replica():
+    """A port that accepts connections and closes them unanswered: a replica that is down.
+    Yields its URL and the list of connections it got."""
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    accepted: list[float] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            accepted.append(time.monotonic())
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", accepted
+    stop.set()
+    thread.join(2)
+    listener.close()
+
+
+def test_the_router_fails_over_from_a_dead_replica_to_a_live_one(
+    roomy_server, dead_replica, tmp_path
+):
+    dead_url, accepted = dead_replica
+    before = len(roomy_server.completions())
+    # simple-shuffle picks a replica at random: over 15 queries the dead one is picked at
+    # least once but with probability 2^-15; each pick fails over to the live one
+    done = run_cli(
+        roomy_server, tmp_path, "--limit", "15", "--concurrency", "1",
+        "--api-base", f"{dead_url},{roomy_server.url}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = read_records(tmp_path / "runs" / "r" / "demo" / "queries.jsonl")
+    assert len(records) == 15
+    assert all(r["error"] is None and r["generated"] for r in records.values())
+    assert accepted, "the dead replica was never tried"
+    served = roomy_server.completions()[before:]
+    assert len(served) == 15 and all('" 200' in line for line in served)
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    assert config["llm"]["api_base"] == f"{dead_url},{roomy_server.url}"

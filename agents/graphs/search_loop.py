@@ -8,11 +8,13 @@ one of two LLM modes:
 * ``continue``: [user(prompt), assistant(every segment joined)]. The model continues its own
   unfinished turn, with the results spliced into its text, as Search-o1 and Search-R1 run
   with vLLM. Needs a backend that continues a trailing assistant message: ``local/`` models
-  do (agents/llm/local.py renders ChatML without closing the last turn).
+  do (agents/llm/local.py renders ChatML without closing the last turn), and so do servers
+  driven as agents/llm/serving.py describes.
 * ``chat``: each model output is an assistant message and what follows it a user message,
   for chat APIs that always start a new assistant turn.
-* ``auto`` (default): ``continue`` for ``local/`` models, ``chat`` for everything else (API
-  models, ``scripted/`` test models, OpenAI-compatible servers).
+* ``auto`` (default): ``continue`` for ``local/`` models and for vLLM, SGLang and llama.cpp
+  servers (``--server``, see agents/llm/serving.py), ``chat`` for everything else (API models,
+  ``scripted/`` test models, generic OpenAI-compatible servers).
 
 Final ranking (option ``final_ranking``), always retrieved at ``ctx.depth`` with ``ctx.retriever``:
 
@@ -66,8 +68,8 @@ def resolve_llm_mode(ctx: AgentContext) -> str:
     mode = ctx.options["llm_mode"]
     if mode != "auto":
         return mode
-    model = ctx.llm.model if ctx.llm is not None else ""
-    return "continue" if model.startswith("local/") else "chat"
+    # local/ models and vLLM, SGLang and llama.cpp servers continue a turn (agents.llm.serving)
+    return "continue" if ctx.llm is not None and ctx.llm.continues_turns else "chat"
 
 
 def model_segment(text: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from tenacity import (
 
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.errors import LLMAuthError
+from agents.llm.serving import ChatTemplate, load_template, replicas, resolve_server
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.usage import Usage
 
@@ -83,6 +84,12 @@ _AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
 _MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
+
+LLAMACPP_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+
+# The Router's name for the replicas of one model, and how long a failed replica rests.
+ROUTED = "replicas"
+ROUTER_COOLDOWN_S = 30.0
 
 # Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
 RETRY_WAIT_MULTIPLIER_S = 1.0
@@ -222,7 +229,12 @@ class LLM:
     rate_limit: float | None = (
         None  # provider requests per second (retries included); None = no cap
     )
+    server: str = "auto"  # what serves api_base: agents.llm.serving.SERVERS
+    chat_template: str | None = None  # llamacpp: how prompts are rendered (serving.py)
+    routing: str = "simple-shuffle"  # several api_base URLs: litellm Router's strategy
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
+    _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
+    _router: Any = field(default=None, init=False, repr=False, compare=False)
     _local_ready: bool = field(default=False, init=False, repr=False, compare=False)
     _limiter: AsyncLimiter | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -234,6 +246,14 @@ class LLM:
         # One limiter per client, and a run holds one client per model: a per-model cap.
         # Cache hits never reach it.
         self._limiter = AsyncLimiter(self.rate_limit, 1) if self.rate_limit else None
+        self.server = resolve_server(self.server, self.model)
+        if self.server == "llamacpp" and not self.model.startswith("local/"):
+            self._template = load_template(self.chat_template)
+
+    @property
+    def continues_turns(self) -> bool:
+        """Whether a trailing assistant message is continued in the same turn."""
+        return self.model.startswith("local/") or self.server in ("vllm", "sglang", "llamacpp")
 
     async def chat(
         self,
@@ -253,6 +273,26 @@ class LLM:
         temperature > 0 with sample=0..n-1; callers at temperature 0 pass 0.
         """
         request = {**self.params, **params}
+        if (
+            messages
+            and messages[-1].get("role") == "assistant"
+            and self.server
+            in (
+                "vllm",
+                "sglang",
+            )
+        ):
+            # their chat endpoints continue the final message when asked to
+            extra = {**request.get("extra_body", {}), "continue_final_message": True,
+                     "add_generation_prompt": False}  # fmt: skip
+            request["extra_body"] = extra
+        if self._template is not None:
+            # the prompt is rendered here: the template is part of what decides the answer
+            request["chat_template_sha256"] = self._template.sha256
+            # llama.cpp's samplers default to top_k 40, min_p 0.05 and (llama-cpp-python's
+            # server) repeat_penalty 1.1; neutral values make temperature and top_p mean what
+            # they mean in the OpenAI API, as the embedded provider does
+            request["extra_body"] = {**LLAMACPP_NEUTRAL, **request.get("extra_body", {})}
         cache = self._open_cache()
         key = None
         if cache is not None:
@@ -346,18 +386,13 @@ class LLM:
         )
         if placeholder:
             kwargs["api_key"] = NO_KEY_PLACEHOLDER
+        kwargs.pop("chat_template_sha256", None)
         async for attempt in retrying:
             with attempt:
                 if self._limiter:
                     await self._limiter.acquire()
                 try:
-                    return await litellm.acompletion(
-                        model=self.model,
-                        messages=messages,
-                        api_base=self.api_base,
-                        stop=stop,
-                        **kwargs,
-                    )
+                    return await self._send(messages, stop, kwargs)
                 except Exception as exc:
                     if not is_auth_error(exc):
                         raise
@@ -365,6 +400,43 @@ class LLM:
                     # quote the key, and a traceback is printed wherever stderr goes.
                     message = auth_error_message(self.model, exc, placeholder)
                     raise LLMAuthError(message) from None
+
+    async def _send(self, messages: list[dict], stop: list[str] | None, kwargs: dict) -> Any:
+        """One request: chat, or a completion of the rendered prompt (llamacpp), to the one
+        server or through the Router over the replicas."""
+        urls = replicas(self.api_base)
+        if self._template is not None:
+            if kwargs.get("logprobs") is True:  # the completions API's form: how many
+                kwargs = {**kwargs, "logprobs": max(1, int(kwargs.pop("top_logprobs", 0) or 0))}
+                kwargs.pop("top_logprobs", None)
+            call = dict(prompt=self._template.render(messages), stop=stop, **kwargs)
+            if len(urls) > 1:
+                return await self._replicas(urls).atext_completion(model=ROUTED, **call)
+            return await litellm.atext_completion(model=self.model, api_base=self.api_base, **call)
+        call = dict(messages=messages, stop=stop, **kwargs)
+        if len(urls) > 1:
+            return await self._replicas(urls).acompletion(model=ROUTED, **call)
+        return await litellm.acompletion(model=self.model, api_base=self.api_base, **call)
+
+    def _replicas(self, urls: list[str]) -> Any:
+        """litellm's Router over the replicas: a failed or unreachable one is cooled down at
+        once and the request is sent to another."""
+        if self._router is None:
+            from litellm import Router
+
+            deployments = [
+                {"model_name": ROUTED, "litellm_params": {"model": self.model, "api_base": url}}
+                for url in urls
+            ]
+            self._router = Router(
+                model_list=deployments,
+                routing_strategy=self.routing,
+                num_retries=len(urls),  # enough to reach every replica once
+                retry_after=0,
+                allowed_fails=0,  # one failure cools a replica down ...
+                cooldown_time=ROUTER_COOLDOWN_S,  # ... for this long
+            )
+        return self._router
 
     def _log_retry(self, state: RetryCallState) -> None:
         # Only the error's type: provider messages may echo parts of the request.
@@ -381,11 +453,13 @@ class LLM:
 
 
 def _entry_from_response(response: Any, requested_model: str) -> dict:
-    """The cacheable fields of a litellm ModelResponse."""
+    """The cacheable fields of a litellm ModelResponse (chat) or TextCompletionResponse."""
     choice = response.choices[0]
     usage = getattr(response, "usage", None)
+    message = getattr(choice, "message", None)
+    text = message.content if message is not None else getattr(choice, "text", "")
     return {
-        "text": choice.message.content or "",
+        "text": text or "",
         "finish_reason": choice.finish_reason,
         "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
         "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
@@ -400,8 +474,20 @@ def _field(item: Any, name: str) -> Any:
 
 
 def _logprobs_entry(logprobs: Any) -> list | None:
-    """A choice's token logprobs (OpenAI's chat form, as an object or a dict) as JSON data."""
-    content = _field(logprobs, "content") if logprobs is not None else None
+    """A choice's token logprobs as JSON data: OpenAI's chat form (``content``), as an object
+    or a dict, or the completions form (``tokens``, ``token_logprobs``, ``top_logprobs``)."""
+    if logprobs is None:
+        return None
+    tokens = _field(logprobs, "tokens")
+    if tokens:
+        values = _field(logprobs, "token_logprobs") or []
+        tops = _field(logprobs, "top_logprobs") or [None] * len(tokens)
+        return [
+            [str(t), float(lp if lp is not None else 0.0),
+             [[str(a), float(p)] for a, p in (top or {}).items()]]
+            for t, lp, top in zip(tokens, values, tops, strict=False)
+        ]  # fmt: skip
+    content = _field(logprobs, "content")
     if not content:
         return None
     out = []

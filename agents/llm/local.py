@@ -469,7 +469,8 @@ def generate(
     )
 
 
-def _choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
+def choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
+    """Per-token (token, logprob, [(alternative, logprob)]) as OpenAI's choice logprobs."""
     if scored is None:
         return None
     return ChoiceLogprobs(
@@ -542,7 +543,7 @@ class LocalLLM(CustomLLM):
                 index=0,
                 message=Message(content=result.text, role="assistant"),
                 provider_specific_fields={"stop_reason": result.stop_reason},
-                logprobs=_choice_logprobs(result.logprobs),
+                logprobs=choice_logprobs(result.logprobs),
             )
         ]
         model_response.model = f"{PROVIDER}/{loaded.name}"

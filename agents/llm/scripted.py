@@ -14,15 +14,10 @@ from typing import Any
 
 import litellm
 from litellm import CustomLLM
-from litellm.types.utils import (
-    ChatCompletionTokenLogprob,
-    ChoiceLogprobs,
-    Choices,
-    Message,
-    ModelResponse,
-    TopLogprob,
-)
+from litellm.types.utils import Choices, Message, ModelResponse
 from litellm.types.utils import Usage as LiteUsage
+
+from agents.llm.local import choice_logprobs
 
 
 @dataclass
@@ -52,13 +47,7 @@ class ScriptedProvider(CustomLLM):
             raise outcome
         logprobs = None
         if isinstance(outcome, Reply):
-            logprobs = ChoiceLogprobs(content=[
-                ChatCompletionTokenLogprob(
-                    token=token, logprob=lp, bytes=None,
-                    top_logprobs=[TopLogprob(token=t, logprob=p, bytes=None) for t, p in top],
-                )
-                for token, lp, top in outcome.logprobs
-            ])  # fmt: skip
+            logprobs = choice_logprobs(outcome.logprobs)
             outcome = outcome.text
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
         return ModelResponse(

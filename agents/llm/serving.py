@@ -1,0 +1,164 @@
+"""How a served model is driven: the server kind, continuing a turn, and chat templates.
+
+Search-o1 and Search-R1 continue the model's own unfinished assistant turn with search results
+spliced into it (vLLM on raw prompts); a chat API instead starts a new assistant turn after
+each message. Which one a server can do depends on what it is (``--server``):
+
+* ``vllm``, ``sglang``: the chat endpoint continues the final assistant message when asked
+  (``continue_final_message: true, add_generation_prompt: false`` in the request body), with
+  the model's own chat template on the server.
+* ``llamacpp``: every call goes to the completions endpoint (``/v1/completions``) with the
+  prompt rendered here by a chat template, so a trailing assistant message is left open.
+* ``openai`` (generic APIs): chat only; agents hand results back as user turns.
+* ``auto``: ``vllm`` for litellm's ``hosted_vllm/`` models, else ``openai``.
+
+Chat templates for the completions path (``--chat-template``): ``chatml`` (built in; Qwen2.5,
+QwQ, Qwen3, SmolLM2 speak it), a Jinja template file, or a local tokenizer folder whose
+``tokenizer_config.json`` holds one (rendered by transformers' ``apply_chat_template``). A file
+is rendered the way transformers renders it, so the two give the same text.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVERS = ("auto", "openai", "vllm", "sglang", "llamacpp")
+ROUTINGS = ("simple-shuffle", "least-busy")  # litellm Router strategies over replicas
+CONTINUING_SERVERS = frozenset({"vllm", "sglang", "llamacpp"})
+CHATML = "chatml"
+
+
+def resolve_server(server: str, model: str) -> str:
+    if server != "auto":
+        return server
+    return "vllm" if model.startswith("hosted_vllm/") else "openai"
+
+
+def continues_turns(server: str, model: str) -> bool:
+    """Whether the backend continues a trailing assistant message in the same turn."""
+    return model.startswith("local/") or resolve_server(server, model) in CONTINUING_SERVERS
+
+
+def replicas(api_base: str | None) -> list[str]:
+    """The servers named by ``--api-base``: one URL, or several joined by commas."""
+    return [url.strip() for url in (api_base or "").split(",") if url.strip()]
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """Renders messages to one prompt; a trailing assistant message stays open."""
+
+    name: str  # "chatml", a file or a tokenizer folder
+    sha256: str  # of the template text: part of every cache key it renders for
+    text: str | None  # Jinja source (None: built-in ChatML)
+    folder: str | None = None  # a tokenizer folder rendered by transformers
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        partial = bool(messages) and messages[-1].get("role") == "assistant"
+        if self.text is None:
+            from agents.llm.local import render_chatml
+
+            return render_chatml(messages)
+        if self.folder is not None:
+            tokenizer = _tokenizer(self.folder)
+            return tokenizer.apply_chat_template(
+                messages,
+                tokenize=False,
+                add_generation_prompt=not partial,
+                continue_final_message=partial,
+            )
+        rendered = _jinja(self.text).render(
+            messages=messages,
+            add_generation_prompt=not partial,
+            bos_token="",
+            eos_token="",
+            raise_exception=_raise,
+        )
+        return _continue_final(rendered, messages) if partial else rendered
+
+
+def load_template(spec: str | None) -> ChatTemplate:
+    """``chatml``/None, a Jinja file, or a tokenizer folder; a bad one is refused in one line."""
+    if spec in (None, "", CHATML):
+        from agents.llm import local
+
+        return ChatTemplate(CHATML, hashlib.sha256(local.__name__.encode()).hexdigest(), None)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        text = _folder_template(path, spec)
+        return ChatTemplate(str(path), _sha(text), text, folder=str(path.resolve()))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(
+            f"--chat-template {spec}: not 'chatml', a template file or a tokenizer folder "
+            f"({e.strerror or e})"
+        ) from None
+    try:
+        _jinja(text)
+    except Exception as e:  # jinja2's TemplateSyntaxError and friends
+        raise ValueError(f"--chat-template {spec}: not a Jinja template: {e}") from None
+    return ChatTemplate(str(path), _sha(text), text)
+
+
+def _folder_template(path: Path, spec: str) -> str:
+    """A tokenizer folder's chat template: ``chat_template.jinja`` (transformers >= 4.43
+    saves it there) or ``tokenizer_config.json``'s ``chat_template`` (its default one)."""
+    import json
+
+    jinja = path / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = path / "tokenizer_config.json"
+    try:
+        text = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--chat-template {spec}: cannot read {config}: {e}") from None
+    if isinstance(text, list):  # named templates: [{"name": "default", "template": ...}]
+        text = next((t.get("template") for t in text if t.get("name") == "default"), None)
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"--chat-template {spec}: {config} holds no chat_template")
+    return text
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _raise(message: str) -> None:
+    raise ValueError(f"chat template: {message}")
+
+
+@functools.cache
+def _jinja(text: str) -> Any:
+    # the environment transformers renders chat templates in: trim_blocks, lstrip_blocks
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(text)
+
+
+@functools.cache
+def _tokenizer(folder: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def _continue_final(rendered: str, messages: list[dict[str, Any]]) -> str:
+    """Cut the rendered chat after the final message's text, as transformers does for
+    ``continue_final_message``: the end-of-turn the template wrote after it goes."""
+    final = messages[-1].get("content") or ""
+    if not final.strip():
+        raise ValueError("chat template: the message to continue is empty")
+    at = rendered.rfind(final)
+    if at < 0:  # templates that strip the content
+        final = final.strip()
+        at = rendered.rfind(final)
+    if at < 0:
+        raise ValueError("chat template: the final message is not in the rendered prompt")
+    return rendered[: at + len(final)]

@@ -1,0 +1,406 @@
+"""`python -m agents.run ... --dry-run`: calls, tokens and cost of a run, no model called."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from agents.config import from_settings
+from agents.estimate import (
+    BOUND,
+    MEASURED,
+    UNPRICED,
+    estimate,
+    format_estimate,
+    local_model_path,
+    search_o1_calls,
+    usd,
+)
+from agents.llm import scripted
+from agents.rerank.listwise import windows
+from agents.run import main
+from eval.runs import read_records
+from eval.usage import Usage
+from prompts import PromptBook
+from tests.conftest import DOCS, QUERIES
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+import litellm  # noqa: E402
+
+PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
+
+
+@pytest.fixture
+def provider():
+    return scripted.install(lambda messages, params: PASSAGE)
+
+
+def flags(tmp_path, *args: str) -> list[str]:
+    return [*args, "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+            "--quiet"]  # fmt: skip
+
+
+def settings(tmp_path, **values) -> dict:
+    return {"runs_dir": str(tmp_path / "runs"), "cache_dir": str(tmp_path / "cache"), **values}
+
+
+def config_of(tmp_path, toy_dir, **values):
+    """The config of a dry run on the toy task (scripted model unless given)."""
+    return from_settings(
+        settings(tmp_path, dataset=str(toy_dir), **{"model": "scripted/x", **values})
+    )
+
+
+def rows(out: str, stage: str) -> list[list[str]]:
+    """The table rows of one stage: [task, stage, queries, calls/q, prompt, completion, ...]."""
+    return [line.split() for line in out.splitlines() if line.split()[1:2] == [stage]]
+
+
+def count(model: str, messages: list[dict]) -> int:
+    return litellm.token_counter(model=model, messages=messages)
+
+
+def hyde_messages(query: str, task: str = "toy") -> list[dict]:
+    book = PromptBook({}, task)
+    return [
+        {"role": "system", "content": book.get("system").text},
+        {"role": "user", "content": book.get("hyde").render(query=query)},
+    ]
+
+
+def test_a_dry_run_of_two_tasks_estimates_each_and_calls_no_model(
+    tmp_path, toy_dir, provider, capsys
+):
+    other = shutil.copytree(toy_dir, tmp_path / "toy2")
+    argv = flags(tmp_path, "--agent", "hyde", "--model", "scripted/x",
+                 "--dataset", f"{toy_dir},{other}", "--dry-run")  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert provider.calls == 0
+    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "cache").exists()  # no LLM cache, no index
+    found = rows(out, "hyde")
+    assert [r[0] for r in found] == ["toy", "toy2"]
+    expected = sum(count("scripted/x", hyde_messages(q)) for q in QUERIES.values()) / 3
+    for _, _, queries, calls, prompt, completion, *source in found:
+        assert (queries, calls, " ".join(source)) == ("3", "1", "upper bound")
+        assert int(prompt) == round(expected)
+        assert completion == "512"  # --max-tokens' default
+    assert "total: 6 LLM calls" in out
+    assert f"cost: {UNPRICED} (scripted/x)" in out
+
+
+def test_the_bound_counts_the_prompts_the_run_then_sends(tmp_path, toy_dir):
+    sent = []
+
+    def respond(messages, params):
+        sent.append(messages)
+        return PASSAGE
+
+    scripted.install(respond)
+    for agent in ("hyde", "query2doc"):
+        sent.clear()
+        bound = (
+            estimate(config_of(tmp_path, toy_dir, agent=agent, run_name=agent)).tasks[0].stages[0]
+        )
+        assert bound.source == BOUND
+        assert main(flags(tmp_path, "--agent", agent, "--model", "scripted/x",
+                          "--dataset", str(toy_dir), "--run-name", agent)) == 0  # fmt: skip
+        assert len(sent) == 3
+        assert bound.prompt_tokens == sum(count("scripted/x", m) for m in sent) / 3
+
+
+def test_after_a_run_the_figures_are_measured_from_its_records(tmp_path, toy_dir, provider, capsys):
+    argv = flags(tmp_path, "--agent", "hyde", "--model", "scripted/x", "--dataset", str(toy_dir))
+    assert main(argv) == 0
+    capsys.readouterr()
+    calls = provider.calls
+    config = config_of(tmp_path, toy_dir, agent="hyde")
+    est = estimate(config)
+    (stage,) = est.tasks[0].stages
+    records = read_records(est.run_dir / "toy" / "queries.jsonl")
+    usages = [Usage.from_dict(r["usage"]) for r in records.values()]
+    assert est.state == "measured" and stage.source == MEASURED
+    assert stage.measured_queries == 3
+    assert stage.calls == sum(u.calls for u in usages) / 3 == 1
+    assert stage.prompt_tokens == sum(u.prompt_tokens for u in usages) / 3
+    assert stage.completion_tokens == sum(u.completion_tokens for u in usages) / 3
+    # the scripted model counts words: far below the bound's 512 completion tokens
+    assert stage.completion_tokens == len(PASSAGE.split())
+    assert main([*argv, "--dry-run"]) == 0
+    assert rows(capsys.readouterr().out, "hyde")[0][6:] == ["measured", "(3", "q)"]
+    assert provider.calls == calls
+
+    # a half-done run: the mean of the queries answered so far, said so
+    path = est.run_dir / "toy" / "queries.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:2]))
+    (stage,) = estimate(config).tasks[0].stages
+    assert (stage.source, stage.measured_queries, stage.queries) == (MEASURED, 2, 3)
+    assert stage.notes == ["mean of the 2 of 3 queries answered so far"]
+
+
+def test_cached_calls_count_as_the_calls_they_stand_for(tmp_path, toy_dir, provider):
+    base = flags(tmp_path, "--agent", "hyde", "--model", "scripted/x", "--dataset", str(toy_dir))
+    assert main([*base, "--run-name", "first"]) == 0
+    assert main([*base, "--run-name", "again"]) == 0  # every answer from the LLM cache
+    records = read_records(tmp_path / "runs" / "again" / "toy" / "queries.jsonl")
+    assert all(r["usage"]["cached_calls"] == 1 for r in records.values())
+    (stage,) = (
+        estimate(config_of(tmp_path, toy_dir, agent="hyde", run_name="again")).tasks[0].stages
+    )
+    assert stage.source == MEASURED and stage.calls == 1
+    assert stage.prompt_tokens > 0
+
+
+def test_a_folder_of_another_configuration_is_not_measured(tmp_path, toy_dir, provider):
+    base = flags(tmp_path, "--agent", "hyde", "--model", "scripted/x", "--dataset", str(toy_dir),
+                 "--run-name", "r")  # fmt: skip
+    assert main(base) == 0
+    est = estimate(config_of(tmp_path, toy_dir, agent="hyde", max_tokens=64, run_name="r"))
+    assert est.state == "other"
+    assert est.tasks[0].stages[0].source == BOUND
+    assert est.tasks[0].stages[0].completion_tokens == 64
+
+
+def test_rerank_stages_make_one_call_per_window_or_per_passage(tmp_path, toy_dir, provider):
+    def stage(spec: str):
+        agent, rerank = (
+            estimate(config_of(tmp_path, toy_dir, agent="none", rerank=[spec])).tasks[0].stages
+        )
+        assert agent.model is None and agent.calls == 0
+        return rerank
+
+    # a first-stage list is at most as long as the corpus (5) here
+    listwise = stage("llm-listwise,depth=5,window=2,step=1")
+    assert listwise.source == BOUND
+    assert listwise.calls == len(windows(5, 5, 2, 1)) == 4
+    assert listwise.completion_tokens == 4 * 512
+    assert stage("llm-listwise,depth=3,window=2,step=1").calls == len(windows(5, 3, 2, 1))
+    pointwise = stage("llm-pointwise,depth=3")
+    assert pointwise.calls == 3
+    assert pointwise.completion_tokens == 3 * 8  # answer_tokens
+    assert stage("llm-pointwise,depth=30").calls == len(DOCS)
+    assert stage("llm-pointwise,depth=3,reason=true").completion_tokens == 3 * 512
+    assert provider.calls == 0
+
+
+def test_a_stage_bound_takes_the_list_lengths_the_agent_recorded(tmp_path, toy_dir, provider):
+    scripted.install(lambda m, p: "3")  # a grade for every passage
+    spec = "llm-pointwise,depth=3,judge=grade"
+    argv = flags(tmp_path, "--agent", "none", "--model", "scripted/x", "--dataset", str(toy_dir),
+                 "--rerank", spec)  # fmt: skip
+    assert main(argv) == 0
+    config = config_of(tmp_path, toy_dir, agent="none", rerank=[spec])
+    est = estimate(config)
+    stage_dir = est.run_dir / "toy" / "rerank-1-llm-pointwise"
+    measured = est.tasks[0].stages[1]
+    assert measured.source == MEASURED
+    lengths = [len(r["ranking"]) for r in read_records(est.run_dir / "toy" / "queries.jsonl")
+               .values()]  # fmt: skip
+    assert max(lengths) < len(DOCS)  # BM25 finds only some of the toy documents
+    expected = sum(min(3, n) for n in lengths) / 3
+    assert measured.calls == expected
+    (stage_dir / "queries.jsonl").unlink()  # as if the stage had not started
+    bound = estimate(config).tasks[0].stages[1]
+    assert bound.source == BOUND
+    assert bound.calls == expected
+
+
+def test_search_agents_are_bounded_by_their_limits(tmp_path, toy_dir):
+    assert search_o1_calls(15, 10, 2) == (15, 10)
+    assert search_o1_calls(15, 10, 1) == (11, 10)  # one refusal past the limit ends it
+    assert search_o1_calls(15, 0, 2) == (2, 0)
+    assert search_o1_calls(4, 10, 0) == (4, 3)  # no search after the last turn
+
+    def searcher(messages, params):
+        if messages[0]["content"].startswith("**Task Instruction:**"):  # Reason-in-Documents
+            return "**Final Information** Aspirin blocks platelet cyclooxygenase."
+        turn = sum(m["role"] == "assistant" for m in messages) + 1
+        return f"Let me look.\n\n<|begin_search_query|>aspirin query {turn}"
+
+    provider = scripted.install(searcher)
+    bound = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
+    assert (bound.source, bound.calls) == (BOUND, 15 + 10)
+    assert bound.completion_tokens == 25 * 512
+    assert provider.calls == 0
+    first = count("scripted/x", [{"role": "user", "content": PromptBook({}, "toy").get(
+        "search-o1").render(query=QUERIES["q1"], max_searches=10)}])  # fmt: skip
+    assert bound.prompt_tokens > 15 * first  # the prompt grows turn by turn
+    assert main(flags(tmp_path, "--agent", "search-o1", "--model", "scripted/x",
+                      "--dataset", str(toy_dir))) == 0  # fmt: skip
+    measured = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
+    assert measured.source == MEASURED
+    assert 10 < measured.calls <= bound.calls  # 10 searches, 10 readings, refusals end it
+
+    r1 = estimate(config_of(tmp_path, toy_dir, agent="search-r1")).tasks[0].stages[0]
+    assert r1.calls == 4  # max_turns
+
+
+def test_a_priced_model_gets_a_cost_from_litellms_price_map(tmp_path, toy_dir, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-a-real-key")
+    model = "openai/gpt-4o-mini"
+    argv = flags(tmp_path, "--agent", "hyde", "--model", model, "--dataset", str(toy_dir),
+                 "--rerank", "llm-pointwise,depth=2")  # fmt: skip
+    assert main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    est = estimate(config_of(tmp_path, toy_dir, agent="hyde", model=model,
+                             rerank=["llm-pointwise,depth=2"]))  # fmt: skip
+    prompt_cost, completion_cost = litellm.cost_per_token(
+        model=model, prompt_tokens=round(est.prompt_tokens),
+        completion_tokens=round(est.completion_tokens),
+    )  # fmt: skip
+    assert est.cost is not None and est.cost > 0
+    assert est.cost == pytest.approx(prompt_cost + completion_cost)
+    assert f"cost: {usd(est.cost)}" in out
+    assert est.calls == 3 * (1 + 2)
+    assert not (tmp_path / "runs").exists()
+
+    # without a key the dry run is refused as the run would be, before anything else
+    monkeypatch.delenv("OPENAI_API_KEY")
+    assert main([*argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "OPENAI_API_KEY" in err and err.count("\n") == 1
+
+
+def test_a_local_model_has_no_price(tmp_path, toy_dir, capsys):
+    argv = flags(tmp_path, "--agent", "hyde", "--model", "local/smollm2-135m",
+                 "--dataset", str(toy_dir), "--dry-run")  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"cost: {UNPRICED} (local/smollm2-135m)" in out
+    assert (
+        estimate(config_of(tmp_path, toy_dir, agent="hyde", model="local/smollm2-135m")).cost
+        is None
+    )
+
+
+def test_a_local_model_is_counted_with_its_own_tokenizer(tmp_path, toy_dir):
+    from llama_cpp import Llama
+
+    from agents.llm.local import LOCAL_MODELS, model_file, render_chatml
+
+    model = "local/smollm2-135m"
+    spec = "llm-listwise,depth=5,window=3,step=2"
+    config = config_of(tmp_path, toy_dir, agent="hyde", model=model, limit=1, rerank=[spec])
+    est = estimate(config)
+    assert "own tokenizer" in est.tokenizers[model]
+    agent, listwise = est.tasks[0].stages
+    tokenizer = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
+    try:
+        system = LOCAL_MODELS["smollm2-135m"].default_system
+
+        def tokens(messages):
+            prompt = render_chatml(messages, system)
+            return len(tokenizer.tokenize(prompt.encode(), add_bos=True, special=True))
+
+        assert agent.prompt_tokens > 0
+        assert agent.prompt_tokens == tokens(hyde_messages(QUERIES["q1"]))
+        # listwise windows: many turns, counted turn by turn, as the whole prompt counts
+        from agents.rerank import StageContext
+        from agents.rerank.listwise import build_listwise
+
+        stage = build_listwise(StageContext(
+            corpus=DOCS, task="toy", options=config.rerank[0].options,
+            prompts=PromptBook({}, "toy"),
+        ))  # fmt: skip
+        ids = sorted(DOCS, key=lambda d: -len(DOCS[d]))
+        spans = windows(len(DOCS), 5, 3, 2)
+        expected = sum(
+            tokens(stage.messages(QUERIES["q1"], ids[: end - start],
+                                  dict.fromkeys(ids, 1.0), 300))
+            for start, end in spans
+        )  # fmt: skip
+        assert listwise.calls == len(spans)
+        assert listwise.prompt_tokens == expected
+    finally:
+        tokenizer.close()
+
+
+def test_a_split_local_model_not_yet_joined_is_not_joined_by_a_dry_run(tmp_path):
+    assert local_model_path("local/qwen2.5-coder-0.5b", tmp_path / "cache") is None
+    assert not (tmp_path / "cache").exists()
+    assert local_model_path("local/smollm2-135m", tmp_path / "cache") is not None
+
+
+def test_bad_input_fails_with_the_runs_one_line_error(tmp_path, toy_dir, provider, capsys):
+    for argv in (
+        ["--agent", "hyde", "--model", "scripted/x", "--dataset", str(tmp_path / "missing")],
+        ["--agent", "hyde", "--model", "nosuchprovider", "--dataset", str(toy_dir)],
+        ["--agent", "hyde", "--model", "scripted/x", "--dataset", f"{toy_dir},{toy_dir}"],
+    ):
+        assert main(flags(tmp_path, *argv, "--dry-run")) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert not (tmp_path / "runs").exists()
+    assert provider.calls == 0
+
+
+def test_format_estimate_is_one_row_per_task_and_stage(tmp_path, toy_dir, provider):
+    config = config_of(tmp_path, toy_dir, agent="hyde", rerank=["llm-pointwise,depth=2"])
+    text = format_estimate(estimate(config))
+    assert len(rows(text, "hyde")) == 1
+    assert len(rows(text, "rerank-1-llm-pointwise")) == 1
+    assert text.splitlines()[-1].startswith("total: 9 LLM calls")
+    json.dumps(text)  # plain text
+
+
+@pytest.mark.parametrize(
+    "agent, options, calls",
+    [
+        # search, read, a refused search, the last turn: the bound's own shape
+        ("search-o1", ["max_turns=3", "max_searches=1", "max_refusals=0", "top_k=5"], 4),
+        ("search-r1", ["max_turns=3", "top_k=5"], 3),  # search, search, the last turn
+    ],
+)
+def test_a_search_agents_bound_holds_a_trajectory_of_the_longest_outputs(
+    tmp_path, toy_dir, agent, options, calls
+):
+    m = 200
+    sent = []
+
+    def longest(messages, params):
+        sent.append(messages)
+        text = "aspirin" + " the" * (m - 1)
+        if messages[0]["content"].startswith("**Task Instruction:**"):  # Reason-in-Documents
+            return text
+        return f"<|begin_search_query|>{text}" if agent == "search-o1" else f"<search>{text}"
+
+    scripted.install(longest)
+    values = {"agent": agent, "max_tokens": m, "option": options}
+    bound = estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0]
+    assert (bound.calls, bound.completion_tokens) == (calls, calls * m)
+    argv = ["--agent", agent, "--max-tokens", str(m), "--dataset", str(toy_dir)]
+    argv += ["--cache", "off"]  # every query reads the same documents with the same prompt
+    argv += [a for o in options for a in ("--option", o)]
+    assert main(flags(tmp_path, "--model", "scripted/x", *argv)) == 0
+    assert len(sent) == 3 * calls
+    actual = sum(count("scripted/x", messages) for messages in sent) / 3
+    # the corpus's longest documents stand in for the few BM25 finds: a little more
+    assert actual <= bound.prompt_tokens <= 1.25 * actual
+
+
+def test_costs_print_in_dollars_and_cents_or_four_figures():
+    assert (usd(1234.567), usd(0.0123456), usd(0.00001234), usd(0.0)) == (
+        "USD 1,234.57", "USD 0.01235", "USD 0.00001234", "USD 0.00"
+    )  # fmt: skip
+
+
+def test_an_agent_without_a_bound_is_left_out_of_the_totals_and_said_so(
+    tmp_path, toy_dir, provider, monkeypatch
+):
+    from agents.registry import AGENTS, AgentSpec
+
+    spec = AgentSpec("mine", "a new agent", "agents.graphs.baseline:build_graph")
+    monkeypatch.setitem(AGENTS, "mine", spec)
+    config = config_of(tmp_path, toy_dir, agent="mine", rerank=["llm-pointwise,depth=2"])
+    est = estimate(config)
+    agent, pointwise = est.tasks[0].stages
+    assert agent.source == "unknown" and pointwise.source == BOUND
+    assert est.calls == 3 * 2 and est.cost is None
+    text = format_estimate(est)
+    assert rows(text, "mine")[0][3:] == ["?", "?", "?", "unknown"]
+    assert "total without mine: 6 LLM calls" in text

@@ -1,0 +1,166 @@
+"""How served models are driven (agents.llm.serving): request shapes and chat templates.
+
+The request shapes are checked on the bytes a real HTTP server receives (a capturing server on
+127.0.0.1 that answers like an OpenAI-compatible one); the templates against transformers'
+own `apply_chat_template` on a tokenizer folder built here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agents.llm import LLM
+from agents.llm.local import render_chatml
+from agents.llm.serving import load_template, replicas, resolve_server
+from agents.secrets import public_url
+
+PARTIAL = [
+    {"role": "user", "content": "Why is the sky blue?"},
+    {"role": "assistant", "content": "Let me search. <search> sky colour </search>\n\n"
+                                     "<information>Rayleigh scattering.</information>\n\n"},
+]  # fmt: skip
+FRESH = PARTIAL[:1]
+TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@pytest.fixture
+def capture():
+    """An OpenAI-compatible endpoint that records each request's path and JSON body."""
+    seen: list[tuple[str, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, body))
+            if self.path.endswith("/chat/completions"):
+                choice = {"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": "ok"}}  # fmt: skip
+            else:
+                choice = {"index": 0, "finish_reason": "stop", "text": "ok", "logprobs": None}
+            reply = json.dumps({
+                "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                "choices": [choice],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            }).encode()  # fmt: skip
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
+    server.shutdown()
+    server.server_close()
+
+
+def ask(url: str, messages: list[dict], **client) -> None:
+    llm = LLM(model="openai/m", api_base=url, **client)
+    asyncio.run(llm.chat(messages, stop=["</search>"], temperature=0))
+
+
+@pytest.mark.parametrize("server", ["vllm", "sglang"])
+def test_vllm_and_sglang_are_asked_to_continue_the_final_message(capture, server):
+    url, seen = capture
+    ask(url, PARTIAL, server=server)
+    ask(url, FRESH, server=server)
+    (path, body), (_, fresh) = seen
+    assert path == "/v1/chat/completions" and body["messages"] == PARTIAL
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert "continue_final_message" not in fresh  # a new turn is an ordinary chat request
+    assert body["stop"] == ["</search>"]
+
+
+def test_a_generic_api_is_never_sent_continue_fields(capture):
+    url, seen = capture
+    ask(url, PARTIAL, server="openai")
+    ((path, body),) = seen
+    assert path == "/v1/chat/completions" and "continue_final_message" not in body
+
+
+def test_llamacpp_gets_the_rendered_prompt_on_the_completions_endpoint(capture, tmp_path):
+    url, seen = capture
+    template = tmp_path / "t.jinja"
+    template.write_text(TEMPLATE)
+    ask(url, PARTIAL, server="llamacpp", chat_template=str(template))
+    ask(url, FRESH, server="llamacpp")  # built-in ChatML
+    (path, body), (_, fresh) = seen
+    assert path == "/v1/completions"
+    expected = render_chatml(PARTIAL, "You are a helpful assistant.")
+    assert body["prompt"] == expected and body["prompt"].endswith("</information>\n\n")
+    assert fresh["prompt"] == render_chatml(FRESH)
+    assert (body["top_k"], body["min_p"], body["repeat_penalty"]) == (0, 0.0, 1.0)
+    assert body["stop"] == ["</search>"] and "messages" not in body
+
+
+def test_a_jinja_file_renders_as_transformers_renders_a_tokenizer_folder(tmp_path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    folder = tmp_path / "tok"
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]")),
+        unk_token="[UNK]",
+    )
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(folder)
+    (tmp_path / "t.jinja").write_text(TEMPLATE)
+    from_file, from_folder = load_template(str(tmp_path / "t.jinja")), load_template(str(folder))
+    for messages in (PARTIAL, FRESH):
+        assert from_file.render(messages) == from_folder.render(messages)
+    assert from_file.sha256 == from_folder.sha256
+    assert from_file.render(PARTIAL) == render_chatml(PARTIAL, "You are a helpful assistant.")
+
+
+def test_bad_templates_are_refused_in_one_line(tmp_path):
+    (tmp_path / "bad.jinja").write_text("{% for m in messages %}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "tokenizer_config.json").write_text("{}")
+    for spec, why in ((tmp_path / "none.jinja", "not 'chatml', a template file"),
+                      (tmp_path / "bad.jinja", "not a Jinja template"),
+                      (tmp_path / "empty", "holds no chat_template")):  # fmt: skip
+        with pytest.raises(ValueError, match=why) as e:
+            load_template(str(spec))
+        assert "\n" not in str(e.value)
+
+
+def test_server_kinds_replicas_and_masked_replica_urls():
+    assert resolve_server("auto", "hosted_vllm/qwen") == "vllm"
+    assert resolve_server("auto", "openai/gpt-4o-mini") == "openai"
+    assert replicas("http://a:1/v1, http://b:2/v1,") == ["http://a:1/v1", "http://b:2/v1"]
+    assert replicas(None) == []
+    assert public_url("http://u:pw1@a:1/v1,http://b:2/v1?api_key=k2") == (
+        "http://u:***@a:1/v1,http://b:2/v1?api_key=***"
+    )
+
+
+def test_the_agents_continue_on_continuing_servers_only():
+    from types import SimpleNamespace
+
+    from agents.graphs.search_loop import resolve_llm_mode
+
+    def mode(**client):
+        ctx = SimpleNamespace(options={"llm_mode": "auto"}, llm=LLM(model="openai/m", **client))
+        return resolve_llm_mode(ctx)
+
+    assert [mode(server=s) for s in ("vllm", "sglang", "llamacpp", "openai", "auto")] == [
+        "continue", "continue", "continue", "chat", "chat"
+    ]  # fmt: skip
