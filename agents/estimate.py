@@ -515,7 +515,7 @@ class _Bounds:
         return self._stages[key]
 
     def stage(self, stage_config: Any, query: str, length: int) -> list[tuple[int, int]]:
-        from agents.rerank.listwise import ListwiseReranker, cut_words, windows
+        from agents.rerank.listwise import MIN_DOC_WORDS, ListwiseReranker, cut_words, windows
         from agents.rerank.pointwise import PointwiseReranker
 
         stage = self._stage(stage_config)
@@ -534,15 +534,20 @@ class _Bounds:
                 calls.append(call)
             return calls
         if isinstance(stage, ListwiseReranker):
-            counter = self.counters.get(model)
             for start, end in windows(length, o["depth"], o["window"], o["step"]):
                 ids = self.longest(end - start, o["doc_words"])
                 scores = dict.fromkeys(ids, 123.456)
-                messages = stage.messages(query, ids, scores, o["doc_words"])
-                call = self.call(model, messages, self.max_tokens, what)
-                if call is None:  # the window is sent again with shorter passages until it fits
-                    assert counter.context is not None
-                    call = (counter.context - 1, 1 if counter.local else self.max_tokens or 0)
+                # as ListwiseReranker.ask: a window that overflows the context fails unpaid
+                # and is sent again with passages cut to half the words, down to the minimum
+                words = o["doc_words"]
+                call = self.call(model, stage.messages(query, ids, scores, words),
+                                 self.max_tokens, what)  # fmt: skip
+                while call is None and words > MIN_DOC_WORDS:
+                    words = max(MIN_DOC_WORDS, words // 2)
+                    call = self.call(model, stage.messages(query, ids, scores, words),
+                                     self.max_tokens, what)  # fmt: skip
+                if call is None:  # the query fails at this window
+                    break
                 calls.append(call)
             return calls
         raise _NoBound(f"no bound known for rerank stage {stage_config.kind!r}")
@@ -554,7 +559,8 @@ class _Bounds:
         if stage_config.kind == "llm-pointwise" and o["judge"] == "auto" and not local:
             notes.append("+1 call per query where the provider returns no logprobs (judge=auto)")
         if stage_config.kind in self._capped:
-            notes.append("windows too long for the model's context counted at its size")
+            notes.append("windows too long for the model's context counted with passages cut "
+                         "shorter until they fit, as the stage sends them")  # fmt: skip
         return notes
 
 

@@ -404,3 +404,27 @@ def test_an_agent_without_a_bound_is_left_out_of_the_totals_and_said_so(
     text = format_estimate(est)
     assert rows(text, "mine")[0][3:] == ["?", "?", "?", "unknown"]
     assert "total without mine: 6 LLM calls" in text
+
+
+def test_a_listwise_window_too_long_for_the_context_is_counted_as_the_stage_resends_it(
+    tmp_path, capsys
+):
+    """Passages cut to half the words until the window fits, as ListwiseReranker.ask does."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    words = " ".join(f"word{i}" for i in range(3000))  # ~3 tokens a word: 3 of them overflow
+    with open(folder / "corpus.jsonl", "w") as f:
+        for i in range(3):
+            f.write(json.dumps({"id": f"d{i}", "text": words}) + "\n")
+    (folder / "query.jsonl").write_text(json.dumps({"id": "q1", "text": "word1 word2"}) + "\n")
+    (folder / "qrels.jsonl").write_text(json.dumps({"q_id": "q1", "p_id": "d0", "score": 1}) + "\n")
+    assert main(flags(tmp_path, "--dataset", str(folder), "--agent", "none",
+                      "--model", "local/smollm2-135m",
+                      "--rerank", "llm-listwise,depth=3,window=3,step=2,doc_words=3000",
+                      "--dry-run")) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    ((*_, calls, prompt, completion, _source, _bound),) = rows(out, "rerank-1-llm-listwise")
+    assert calls == "1"
+    # the call as it is paid once cut to fit: a whole reply's room left (--max-tokens 512)
+    assert 0 < int(prompt.replace(",", "")) <= 8192 - 512 and completion == "512"
+    assert "counted with passages cut shorter until they fit" in out
