@@ -45,7 +45,7 @@ def capture():
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append((self.path, body))
             if self.path.endswith("/chat/completions"):
-                choice = {"index": 0, "finish_reason": "stop",
+                choice = {"index": 0, "finish_reason": "stop", "stop_reason": "</search>",
                           "message": {"role": "assistant", "content": "ok"}}  # fmt: skip
             else:
                 choice = {"index": 0, "finish_reason": "stop", "text": "ok", "logprobs": None}
@@ -164,3 +164,12 @@ def test_the_agents_continue_on_continuing_servers_only():
     assert [mode(server=s) for s in ("vllm", "sglang", "llamacpp", "openai", "auto")] == [
         "continue", "continue", "continue", "chat", "chat"
     ]  # fmt: skip
+
+
+def test_the_stop_string_a_server_reports_reaches_the_completion_and_the_cache(capture, tmp_path):
+    url, seen = capture
+    llm = LLM(model="openai/m", api_base=url, server="vllm", cache_dir=tmp_path)
+    first = asyncio.run(llm.chat(PARTIAL, stop=["</search>"]))
+    again = asyncio.run(llm.chat(PARTIAL, stop=["</search>"]))
+    assert first.stop_reason == again.stop_reason == "</search>"
+    assert again.cached and len(seen) == 1

@@ -39,7 +39,10 @@ ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
 }
 # Fields added later: an entry without one is whole, and reads as None. "logprobs" is a list
 # of [token, logprob, [[alternative, logprob], ...]] per generated token, when asked for.
-OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {"logprobs": (list, type(None))}
+OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "logprobs": (list, type(None)),
+    "stop_reason": (str, type(None)),  # the stop string that ended the text, if reported
+}
 
 
 def canonical_json(obj: Any) -> str:

@@ -209,6 +209,9 @@ class Completion:
     # asked for with logprobs=True (top_logprobs=k): per generated token, (token, logprob,
     # [(alternative, logprob), ...]); None when the provider returned none
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
+    # the stop string that ended the text, where the backend says (local/ models, vLLM,
+    # SGLang); None at the end of the turn, at max_tokens, or when the backend does not say
+    stop_reason: str | None = None
 
 
 @dataclass(repr=False)
@@ -337,6 +340,7 @@ class LLM:
             cached=False,
             model=entry["model"],
             logprobs=_as_logprobs(entry.get("logprobs")),
+            stop_reason=entry.get("stop_reason"),
         )
         return self._record(completion)
 
@@ -466,7 +470,16 @@ def _entry_from_response(response: Any, requested_model: str) -> dict:
         "cost": _cost(response, requested_model),
         "model": getattr(response, "model", None) or requested_model,
         "logprobs": _logprobs_entry(getattr(choice, "logprobs", None)),
+        "stop_reason": _stop_reason(choice),
     }
+
+
+def _stop_reason(choice: Any) -> str | None:
+    """vLLM's ``stop_reason`` (litellm keeps it among the provider's fields): a stop string,
+    or a token id when a stop token ended the text, which is not a stop string."""
+    fields = getattr(choice, "provider_specific_fields", None) or {}
+    reason = fields.get("stop_reason") if isinstance(fields, dict) else None
+    return reason if isinstance(reason, str) else None
 
 
 def _field(item: Any, name: str) -> Any:
@@ -534,4 +547,5 @@ def _from_entry(entry: dict, latency: float) -> Completion:
         cached=True,
         model=entry["model"],
         logprobs=_as_logprobs(entry.get("logprobs")),
+        stop_reason=entry.get("stop_reason"),
     )
