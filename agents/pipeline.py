@@ -181,17 +181,12 @@ def record_prompts(
             (n, h) for n, h in source.prompts.items() if n.split("/")[0] not in stage_families
         )
     for task in tasks:
-        if source is not None:
-            for stage in config.rerank:
-                if STAGES[stage.kind].uses_llm:
-                    STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
-            used.update(books[task.name].used)
-            continue
-        ctx = AgentContext(
-            retriever=None, first_stage=None, corpus={}, task=task.name,
-            prompts=books[task.name], options=config.options,
-        )  # fmt: skip
-        spec.build_graph(ctx)
+        if source is None:  # a rerank of a finished run sends no agent prompt
+            ctx = AgentContext(
+                retriever=None, first_stage=None, corpus={}, task=task.name,
+                prompts=books[task.name], options=config.options,
+            )  # fmt: skip
+            spec.build_graph(ctx)
         for stage in config.rerank:
             if STAGES[stage.kind].uses_llm:  # the others read no prompt (and may load models)
                 STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
@@ -429,7 +424,7 @@ async def run_task(
     concurrency = config.llm.concurrency if config.llm else 4
     bm25 = None
     if source is not None:
-        source_config, source_dir = source
+        _, source_dir = source
         source_summary = _source_task(source_dir, fingerprint)
         adopt_records(source_dir, out)
         records = {q: r for q, r in runs.read_records(runs.records_path(out)).items()

@@ -39,6 +39,7 @@ from agents.config import (
     from_settings,
     parse_stage,
     stage_kind,
+    takes_wide,
     to_dict,
 )
 from agents.llm.errors import LLMAuthError
@@ -289,9 +290,7 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
 
 def _takes(stage_text: str, key: str) -> bool:
     """Whether the stage of a --rerank spec has the option a stage-wide setting fills."""
-    spec = STAGES[stage_kind(stage_text)]
-    name = STAGE_WIDE[key]
-    return name in spec.defaults and (name != "model" or spec.uses_llm)
+    return takes_wide(stage_kind(stage_text), STAGE_WIDE[key])
 
 
 def run_sweep(sweep: Sweep) -> int:

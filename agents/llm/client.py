@@ -42,7 +42,14 @@ from tenacity import (
 
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.errors import LLMAuthError
-from agents.llm.serving import ChatTemplate, load_template, replicas, resolve_server
+from agents.llm.serving import (
+    CHAT_CONTINUING,
+    ChatTemplate,
+    continues_turns,
+    load_template,
+    replicas,
+    resolve_server,
+)
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.usage import Usage
 
@@ -256,7 +263,7 @@ class LLM:
     @property
     def continues_turns(self) -> bool:
         """Whether a trailing assistant message is continued in the same turn."""
-        return self.model.startswith("local/") or self.server in ("vllm", "sglang", "llamacpp")
+        return continues_turns(self.server, self.model)
 
     async def chat(
         self,
@@ -276,15 +283,8 @@ class LLM:
         temperature > 0 with sample=0..n-1; callers at temperature 0 pass 0.
         """
         request = {**self.params, **params}
-        if (
-            messages
-            and messages[-1].get("role") == "assistant"
-            and self.server
-            in (
-                "vllm",
-                "sglang",
-            )
-        ):
+        continuing = bool(messages) and messages[-1].get("role") == "assistant"
+        if continuing and self.server in CHAT_CONTINUING:
             # their chat endpoints continue the final message when asked to
             extra = {**request.get("extra_body", {}), "continue_final_message": True,
                      "add_generation_prompt": False}  # fmt: skip
@@ -326,22 +326,7 @@ class LLM:
         entry = _entry_from_response(response, self.model)
         if cache is not None and key is not None:  # key is set whenever cache is
             cache.set(key, entry)
-        usage = Usage(
-            calls=1,
-            prompt_tokens=entry["prompt_tokens"],
-            completion_tokens=entry["completion_tokens"],
-            cost=entry["cost"],
-            latency_s=latency,
-        )
-        completion = Completion(
-            text=entry["text"],
-            finish_reason=entry["finish_reason"],
-            usage=usage,
-            cached=False,
-            model=entry["model"],
-            logprobs=_as_logprobs(entry.get("logprobs")),
-            stop_reason=entry.get("stop_reason"),
-        )
+        completion = _from_entry(entry, latency, cached=False)
         return self._record(completion)
 
     def __repr__(self) -> str:
@@ -531,20 +516,21 @@ def _cost(response: Any, requested_model: str) -> float | None:
         return None
 
 
-def _from_entry(entry: dict, latency: float) -> Completion:
+def _from_entry(entry: dict, latency: float, cached: bool = True) -> Completion:
+    """The Completion a stored or fresh entry stands for; a cache hit spent no money."""
     usage = Usage(
         calls=1,
-        cached_calls=1,
+        cached_calls=int(cached),
         prompt_tokens=entry["prompt_tokens"],
         completion_tokens=entry["completion_tokens"],
-        cost=0.0,
+        cost=0.0 if cached else entry["cost"],
         latency_s=latency,
     )
     return Completion(
         text=entry["text"],
         finish_reason=entry["finish_reason"],
         usage=usage,
-        cached=True,
+        cached=cached,
         model=entry["model"],
         logprobs=_as_logprobs(entry.get("logprobs")),
         stop_reason=entry.get("stop_reason"),

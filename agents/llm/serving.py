@@ -28,7 +28,8 @@ from typing import Any
 
 SERVERS = ("auto", "openai", "vllm", "sglang", "llamacpp")
 ROUTINGS = ("simple-shuffle", "least-busy")  # litellm Router strategies over replicas
-CONTINUING_SERVERS = frozenset({"vllm", "sglang", "llamacpp"})
+CHAT_CONTINUING = frozenset({"vllm", "sglang"})  # continue on their chat endpoint, when asked
+CONTINUING_SERVERS = CHAT_CONTINUING | {"llamacpp"}
 CHATML = "chatml"
 
 
