@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.llm.serving import ROUTINGS, SERVERS
+from agents.llm.serving import ROUTINGS, SERVERS, load_template
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url
 from eval.argtypes import (
@@ -84,6 +84,16 @@ class LLMConfig:
             check_field(self, name, "llm", checker, ConfigError)
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"llm.model: expected a model name, got {self.model!r}")
+        if self.chat_template is not None:
+            if self.server != "llamacpp":
+                raise ConfigError(
+                    f"llm.chat_template {self.chat_template}: only --server llamacpp has "
+                    "prompts rendered here (vLLM and SGLang render the model's own template)"
+                )
+            try:  # read now, so that a bad template is refused before any run folder exists
+                load_template(self.chat_template)
+            except ValueError as e:
+                raise ConfigError(f"llm.{str(e).lstrip('-').replace('-', '_', 1)}") from None
 
 
 @dataclass(frozen=True)
@@ -556,14 +566,17 @@ def parse_stage(text: str, wide: Mapping[str, Any] | None = None) -> StageConfig
         if "model" in options:
             raise ConfigError(f"rerank {text!r}: the model is given twice")
         options["model"] = model
-    spec = STAGES.get(kind)
     for name, value in (wide or {}).items():
-        if spec is None or name not in spec.defaults or name in options:
-            continue
-        if name == "model" and not spec.uses_llm:
-            continue
-        options[name] = value
+        if name not in options and takes_wide(kind, name):
+            options[name] = value
     return StageConfig(kind, options)
+
+
+def takes_wide(kind: str, name: str) -> bool:
+    """Whether a stage of ``kind`` takes the stage-wide option ``name`` (a `STAGE_WIDE`
+    value): it has that option, and a model only if it calls an LLM."""
+    spec = STAGES.get(kind)
+    return spec is not None and name in spec.defaults and (name != "model" or spec.uses_llm)
 
 
 def stage_kind(text: str) -> str:
@@ -578,11 +591,7 @@ def stages_with(texts: Sequence[Any], wide: Mapping[str, Any]) -> tuple[StageCon
     for key, name in STAGE_WIDE.items():
         if name not in wide:
             continue
-        takers = [
-            s for s in stages
-            if name in STAGES[s.kind].defaults and (name != "model" or STAGES[s.kind].uses_llm)
-        ]  # fmt: skip
-        if not takers:
+        if not any(takes_wide(s.kind, name) for s in stages):
             kinds = ", ".join(s.kind for s in stages)
             raise ConfigError(f"{key} {wide[name]}: no rerank stage has option {name} ({kinds})")
     return stages

@@ -173,3 +173,17 @@ def test_the_stop_string_a_server_reports_reaches_the_completion_and_the_cache(c
     again = asyncio.run(llm.chat(PARTIAL, stop=["</search>"]))
     assert first.stop_reason == again.stop_reason == "</search>"
     assert again.cached and len(seen) == 1
+
+
+def test_a_chat_template_is_checked_with_the_config_before_any_run_folder(tmp_path):
+    from agents.config import ConfigError, from_settings
+
+    with pytest.raises(ConfigError, match="only --server llamacpp has prompts rendered here"):
+        from_settings({"model": "openai/m", "chat_template": "chatml", "server": "vllm"})
+    with pytest.raises(ConfigError, match=r"^llm\.chat_template .*nope.jinja: not 'chatml'"):
+        from_settings({"model": "openai/m", "server": "llamacpp",
+                       "chat_template": str(tmp_path / "nope.jinja")})  # fmt: skip
+    assert not (tmp_path / "runs").exists()
+    ok = from_settings({"agent": "hyde", "model": "openai/m", "server": "llamacpp",
+                        "chat_template": "chatml"})  # fmt: skip
+    assert ok.llm.chat_template == "chatml"
