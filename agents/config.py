@@ -440,8 +440,9 @@ SETTINGS: dict[str, Setting] = {
     ),
     "final_ranking": Setting(
         "options.final_ranking",
-        "iterative agents: rank with the final answer, fuse every list, or the whole trace",
-        choices=("answer", "fuse", "trace"),
+        "search-o1/r1: rank with the final answer, fuse every list, or the whole trace; "
+        "tool-search: its submitted list then the fusion (submit), or the fusion (fuse)",
+        choices=("answer", "fuse", "trace", "submit"),
         flag_only=True,
     ),
     "max_searches": Setting(

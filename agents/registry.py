@@ -16,6 +16,9 @@ from agents.graphs.search_o1 import DEFAULTS as SEARCH_O1_DEFAULTS
 from agents.graphs.search_o1 import PROMPTS as SEARCH_O1_PROMPTS
 from agents.graphs.search_r1 import DEFAULTS as SEARCH_R1_DEFAULTS
 from agents.graphs.search_r1 import PROMPTS as SEARCH_R1_PROMPTS
+from agents.graphs.tool_search import DEFAULTS as TOOL_SEARCH_DEFAULTS
+from agents.graphs.tool_search import PROMPTS as TOOL_SEARCH_PROMPTS
+from agents.graphs.tool_search import check_options as check_tool_options
 from agents.rerank.cross import CROSS
 from agents.rerank.listwise import INSERTRANK, LISTWISE
 from agents.rerank.pointwise import POINTWISE
@@ -56,6 +59,14 @@ AGENTS: dict[str, AgentSpec] = {
         SEARCH_R1_PROMPTS,
         defaults=SEARCH_R1_DEFAULTS,
         check_options=check_search_options,
+    ),
+    "tool-search": AgentSpec(
+        "tool-search",
+        "function calls (search, read, submit); ranks with its submission, then RRF",
+        "agents.graphs.tool_search:build_graph",
+        TOOL_SEARCH_PROMPTS,
+        defaults=TOOL_SEARCH_DEFAULTS,
+        check_options=check_tool_options,
     ),
 }
 

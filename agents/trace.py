@@ -1,9 +1,10 @@
 """Print one query's trajectory from a run folder: `python -m agents.trace RUN_FOLDER QUERY_ID`.
 
 Reads the query's last record in `<run folder>/<task>/queries.jsonl` (all tasks are searched
-unless `--task` is given) and prints every step: LLM calls with their output, searches with
-the doc ids they returned, canned messages and limits; then the steps of each later (rerank)
-stage up to the task's final one, and the final ranking, which is that stage's.
+unless `--task` is given) and prints every step: LLM calls with their output and tool calls,
+searches with the doc ids they returned, tool results, canned messages and limits; then the
+steps of each later (rerank) stage up to the task's final one, and the final ranking, which is
+that stage's.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ def format_step(number: int, step: dict[str, Any], limit: int) -> str:
             f" out, {usage.get('latency_s', 0):.2f} s{cached}, finish {step.get('finish_reason')}"
         )
         lines.append("  input (last message, " + step["messages"][-1]["role"] + "):")
-        lines.append(_block(str(step["messages"][-1]["content"]), limit))
+        lines.append(_block(str(step["messages"][-1].get("content") or ""), limit))
         lines.append("  output:")
         lines.append(_block(step.get("output", ""), limit))
+        for call in step.get("tool_calls", ()):
+            lines.append(f"  calls {call['name']}({call['arguments']})"[: WIDTH * 3])
     if "request" in step:
         req = step["request"]
         lines[0] += f"  retriever {step.get('retriever')}"
@@ -76,6 +79,10 @@ def format_step(number: int, step: dict[str, Any], limit: int) -> str:
             for d, s in zip(step["doc_ids"][:10], step["scores"][:10], strict=False)
         )
         lines.append(f"  top docs: {top or '(none)'}")
+    if step.get("node") == "tool":  # one tool call the agent ran, and what went back
+        lines[0] += f"  {step['tool']}({step['arguments']})"[: WIDTH * 3]
+        lines.append("  error:" if step.get("error") else "  result:")
+        lines.append(_block(step.get("result", ""), limit))
     if "window" in step:  # a listwise stage's window: which documents, in, then out
         lo, hi = step["window"]
         lines.append(f"  window positions {lo + 1}-{hi}: {' '.join(step['doc_ids'])}")

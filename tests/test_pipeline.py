@@ -84,9 +84,10 @@ def test_the_python_call_and_the_cli_make_the_same_run(tmp_path, scripted_model)
     assert result.failed == 0
     runs = tmp_path / "runs"
     assert snapshot(runs / "by-python") == snapshot(runs / "by-cli")
-    assert result.tasks["demo"].metrics == json.loads(
-        (runs / "by-cli" / "demo" / "metrics.json").read_text()
-    )["metrics"]
+    assert (
+        result.tasks["demo"].metrics
+        == json.loads((runs / "by-cli" / "demo" / "metrics.json").read_text())["metrics"]
+    )
     assert len(result.tasks["demo"].records) == 15
     by_cli = json.loads((runs / "by-cli" / "config.json").read_text())
     by_python = json.loads((runs / "by-python" / "config.json").read_text())
@@ -159,9 +160,7 @@ def test_a_sweep_cell_and_the_same_cli_command_make_the_same_folder(
     assert read(sweep_dir) == read(cli_dir)
 
 
-def test_a_sub_prompt_override_is_recorded_with_the_text_the_model_received(
-    tmp_path, toy_dir
-):
+def test_a_sub_prompt_override_is_recorded_with_the_text_the_model_received(tmp_path, toy_dir):
     text = "Condense what these say about {search_query}: {documents}\nGiven: {prev_reasoning}"
     override = tmp_path / "documents.txt"
     override.write_text(text)

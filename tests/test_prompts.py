@@ -233,8 +233,12 @@ RULES = {
     "rerank-listwise/system": (set(), set()),
     **{
         name: ({"query", "passage"}, {"query", "passage"})
-        for name in ("rerank-pointwise", "rerank-pointwise/grade", "rerank-pointwise/reason",
-                     "rerank-pointwise/reason-grade")
+        for name in (
+            "rerank-pointwise",
+            "rerank-pointwise/grade",
+            "rerank-pointwise/reason",
+            "rerank-pointwise/reason-grade",
+        )
     },  # fmt: skip
 }
 

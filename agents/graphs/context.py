@@ -76,6 +76,11 @@ async def llm_call(
         "cached": completion.cached,
         "usage": completion.usage.to_dict(),
     }
+    if completion.tool_calls:
+        step["tool_calls"] = [
+            {"id": call.id, "name": call.name, "arguments": call.arguments}
+            for call in completion.tool_calls
+        ]
     return completion, step
 
 
@@ -116,3 +121,18 @@ def search_step(
 def steps_usage(steps: list[dict[str, Any]]) -> Usage:
     """The LLM usage of one query: the sum over its steps that called the model."""
     return Usage.total(Usage.from_dict(step["usage"]) for step in steps if "usage" in step)
+
+
+def fuse_lists(lists: list[list[str]], depth: int) -> dict[str, float]:
+    """Reciprocal-rank fusion (retrievers.hybrid.rrf_fuse) of ranked doc id lists; one list
+    is returned as it is, with scores made from its ranks."""
+    runs = [
+        # ranks are what RRF uses; scores made from ranks cannot tie by rounding
+        {"q": {doc: float(len(ids) - i) for i, doc in enumerate(ids)}}
+        for ids in lists
+    ]
+    if len(runs) == 1:
+        return dict(list(runs[0]["q"].items())[:depth])
+    from retrievers.hybrid import rrf_fuse
+
+    return rrf_fuse(runs, depth)["q"] if runs else {}

@@ -33,7 +33,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agents.graphs.context import AgentContext, AgentState, search_step
+from agents.graphs.context import AgentContext, AgentState, fuse_lists, search_step
 from retrievers.base import SearchRequest
 
 LLM_MODES = ("auto", "continue", "chat")
@@ -184,17 +184,10 @@ async def final_ranking(
         ranking, step = search_step(ctx.retriever, "final", SearchRequest(query=query), ctx.depth)
         note["note"] = "the answer matched no document; searched with the query instead"
     if mode == "fuse":
-        lists = [
-            # ranks are what RRF uses; scores made from ranks cannot tie by rounding
-            {doc: float(len(ids) - i) for i, doc in enumerate(ids)}
-            for ids in state.get("retrieved", [])
-        ]
+        lists = state.get("retrieved", [])
         note["fused_lists"] = len(lists) + 1
         if lists:
-            from retrievers.hybrid import rrf_fuse
-
-            runs = [{"q": r} for r in (*lists, ranking)]
-            ranking = rrf_fuse(runs, ctx.depth)["q"]
+            ranking = fuse_lists([*lists, list(ranking)], ctx.depth)
             step = step | {
                 "doc_ids": list(ranking),
                 "scores": [round(s, 6) for s in ranking.values()],

@@ -42,6 +42,7 @@ ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
 OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     "logprobs": (list, type(None)),
     "stop_reason": (str, type(None)),  # the stop string that ended the text, if reported
+    "tool_calls": (list, type(None)),  # [{"id", "name", "arguments"}, ...] when tools were offered
 }
 
 
@@ -94,7 +95,13 @@ def parse_entry(raw: object) -> dict | None:
         entry.setdefault(name, None)
         if not isinstance(entry[name], types):
             return None
+    for call in entry["tool_calls"] or ():
+        if not isinstance(call, dict) or not all(isinstance(call.get(f), str) for f in _CALL):
+            return None
     return entry
+
+
+_CALL = ("id", "name", "arguments")
 
 
 class LLMCache:

@@ -23,6 +23,7 @@ import os
 # Must precede the litellm import: otherwise importing litellm fetches the cost map online.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import json
 import logging
 import re
 import time
@@ -49,6 +50,13 @@ from agents.llm.serving import (
     load_template,
     replicas,
     resolve_server,
+)
+from agents.llm.tool_text import (
+    ToolCall,
+    parse_tool_calls,
+    text_messages,
+    tool_names,
+    uses_tools,
 )
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.usage import Usage
@@ -219,6 +227,19 @@ class Completion:
     # the stop string that ended the text, where the backend says (local/ models, vLLM,
     # SGLang); None at the end of the turn, at max_tokens, or when the backend does not say
     stop_reason: str | None = None
+    # the functions the model called, when it was offered tools (OpenAI's form, or parsed
+    # from the text where the prompt is rendered here: agents/llm/tool_text.py)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message this completion adds to a conversation."""
+        if not self.tool_calls:
+            return {"role": "assistant", "content": self.text}
+        return {
+            "role": "assistant",
+            "content": self.text or None,
+            "tool_calls": [call.to_message() for call in self.tool_calls],
+        }
 
 
 @dataclass(repr=False)
@@ -324,6 +345,10 @@ class LLM:
         response = await self._call_with_retries(messages, stop, request)
         latency = time.perf_counter() - start
         entry = _entry_from_response(response, self.model)
+        if self._template is not None and request.get("tools"):
+            # the completions endpoint returns text: read the calls from it, as local/ does
+            entry["text"], calls = parse_tool_calls(entry["text"], tool_names(request["tools"]))
+            entry["tool_calls"] = [_call_entry(call) for call in calls]
         if cache is not None and key is not None:  # key is set whenever cache is
             cache.set(key, entry)
         completion = _from_entry(entry, latency, cached=False)
@@ -398,6 +423,10 @@ class LLM:
             if kwargs.get("logprobs") is True:  # the completions API's form: how many
                 kwargs = {**kwargs, "logprobs": max(1, int(kwargs.pop("top_logprobs", 0) or 0))}
                 kwargs.pop("top_logprobs", None)
+            tools = kwargs.pop("tools", None)
+            kwargs.pop("tool_choice", None)
+            if uses_tools(messages, tools):
+                messages = text_messages(messages, tools, None)
             call = dict(prompt=self._template.render(messages), stop=stop, **kwargs)
             if len(urls) > 1:
                 return await self._replicas(urls).atext_completion(model=ROUTED, **call)
@@ -456,7 +485,28 @@ def _entry_from_response(response: Any, requested_model: str) -> dict:
         "model": getattr(response, "model", None) or requested_model,
         "logprobs": _logprobs_entry(getattr(choice, "logprobs", None)),
         "stop_reason": _stop_reason(choice),
+        "tool_calls": _tool_calls_entry(getattr(message, "tool_calls", None)),
     }
+
+
+def _call_entry(call: ToolCall) -> dict[str, str]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _tool_calls_entry(calls: Any) -> list[dict[str, str]] | None:
+    """A message's tool calls as JSON data (None when it made none)."""
+    if not calls:
+        return None
+    out = []
+    for i, call in enumerate(calls):
+        function = _field(call, "function")
+        arguments = _field(function, "arguments")
+        out.append({
+            "id": str(_field(call, "id") or f"call_{i}"),
+            "name": str(_field(function, "name") or ""),
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        })  # fmt: skip
+    return out
 
 
 def _stop_reason(choice: Any) -> str | None:
@@ -534,4 +584,7 @@ def _from_entry(entry: dict, latency: float, cached: bool = True) -> Completion:
         model=entry["model"],
         logprobs=_as_logprobs(entry.get("logprobs")),
         stop_reason=entry.get("stop_reason"),
+        tool_calls=[
+            ToolCall(c["id"], c["name"], c["arguments"]) for c in entry.get("tool_calls") or ()
+        ],
     )

@@ -14,6 +14,10 @@ Asked for `logprobs` (and `top_logprobs=k`), it returns each generated token's l
 and its k likeliest alternatives in `choices[0].logprobs`, as OpenAI's API does, computed from
 the raw logits (before temperature), so a pointwise reranker can score offline.
 
+Given OpenAI-style ``tools`` (and ``tool`` messages), it renders them as Qwen2.5's template
+does and parses ``<tool_call>`` blocks in the output into ``tool_calls``, as a vLLM server with
+the ``hermes`` tool parser does (agents/llm/tool_text.py).
+
 The response's `choices[0].provider_specific_fields["stop_reason"]` names the stop string that
 ended the text (None at the model's end of turn or at max_tokens), as vLLM's `stop_reason` does;
 finish_reason alone cannot tell a stop string from the end of the turn.
@@ -51,6 +55,7 @@ from litellm.types.utils import (
     Usage,
 )
 
+from agents.llm import tool_text
 from eval.datasets import default_cache_dir
 
 PROVIDER = "local"
@@ -524,9 +529,13 @@ class LocalLLM(CustomLLM):
                 model=model,
                 llm_provider=PROVIDER,
             )
+        default_system = LOCAL_MODELS[loaded.name].default_system
+        tools = params.get("tools")
+        if tool_text.uses_tools(messages, tools):
+            messages = tool_text.text_messages(messages, tools, default_system)
         result = generate(
             loaded,
-            render_chatml(messages, LOCAL_MODELS[loaded.name].default_system),
+            render_chatml(messages, default_system),
             max_tokens=params.get("max_tokens") or params.get("max_completion_tokens"),
             temperature=float(params.get("temperature", 1.0)),
             top_p=float(params.get("top_p", 1.0)),
@@ -537,11 +546,21 @@ class LocalLLM(CustomLLM):
             reuse_kv_cache=self.reuse_kv_cache,
             logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
         )
+        text, calls = result.text, []
+        if tools:
+            text, calls = tool_text.parse_tool_calls(result.text, tool_text.tool_names(tools))
+        message = Message(content=text, role="assistant")
+        if calls:
+            message = Message(
+                content=text or None,
+                role="assistant",
+                tool_calls=[call.to_message() for call in calls],
+            )
         model_response.choices = [
             Choices(
-                finish_reason=result.finish_reason,
+                finish_reason="tool_calls" if calls else result.finish_reason,
                 index=0,
-                message=Message(content=result.text, role="assistant"),
+                message=message,
                 provider_specific_fields={"stop_reason": result.stop_reason},
                 logprobs=choice_logprobs(result.logprobs),
             )

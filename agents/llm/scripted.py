@@ -1,15 +1,18 @@
 """A scripted LLM provider for tests and benchmarks (models `scripted/...` once installed).
 
-It answers through litellm like any provider, so the whole stack (cache, retries, usage,
-graphs) runs for real around it; only the model is replaced by a Python function of the
-messages. An optional latency makes it stand in for a remote API in scaling benchmarks.
+A reply is text, or a `Reply` with token log-probabilities or native tool calls (OpenAI's
+``tool_calls``, as API models return them). It answers through litellm like any provider, so
+the whole stack (cache, retries, usage, graphs) runs for real around it; only the model is
+replaced by a Python function of the messages. An optional latency makes it stand in for a
+remote API in scaling benchmarks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import litellm
@@ -22,10 +25,12 @@ from agents.llm.local import choice_logprobs
 
 @dataclass
 class Reply:
-    """A reply with token log-probabilities: per token, (token, logprob, [(alt, logprob)])."""
+    """A reply with token log-probabilities (per token, (token, logprob, [(alt, logprob)]))
+    and/or native tool calls: (name, arguments), arguments a mapping or raw JSON text."""
 
-    text: str
-    logprobs: list[tuple[str, float, list[tuple[str, float]]]]
+    text: str = ""
+    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
+    tool_calls: list[tuple[str, Any]] = field(default_factory=list)
 
 
 Respond = Callable[[list[dict], dict[str, Any]], "str | Reply | Exception"]
@@ -46,17 +51,36 @@ class ScriptedProvider(CustomLLM):
         if isinstance(outcome, Exception):
             raise outcome
         logprobs = None
-        if isinstance(outcome, Reply):
+        if not isinstance(outcome, Reply):
+            message = Message(role="assistant", content=outcome)
+        else:
             logprobs = choice_logprobs(outcome.logprobs)
+            message = Message(role="assistant", content=outcome.text)
+            if outcome.tool_calls:
+                message = Message(
+                    role="assistant",
+                    content=outcome.text or None,
+                    tool_calls=[
+                        {
+                            "id": f"call_{self.calls}_{i}",
+                            "type": "function",
+                            "function": {
+                                "name": name,
+                                "arguments": args if isinstance(args, str) else json.dumps(args),
+                            },
+                        }
+                        for i, (name, args) in enumerate(outcome.tool_calls)
+                    ],
+                )
             outcome = outcome.text
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in messages)
+        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
         return ModelResponse(
             model=model,
             choices=[
                 Choices(
                     index=0,
-                    finish_reason="stop",
-                    message=Message(role="assistant", content=outcome),
+                    finish_reason="tool_calls" if message.tool_calls else "stop",
+                    message=message,
                     logprobs=logprobs,
                 )
             ],
