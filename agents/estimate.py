@@ -17,19 +17,28 @@ and where the figures come from:
   longest documents (cut as the stage cuts them) stand in for them; where it holds the
   model's own earlier outputs, each is ``max_tokens`` long. A call whose prompt cannot fit
   the model's context (when known) fails unpaid, so it caps what a call may cost, and ends
-  an iterative agent's trajectory.
+  an iterative agent's trajectory; except ``tool-search``'s, whose prompts are the union of
+  worst cases (a model that searched less would still make the turn): such a call is
+  counted as filling the context.
 
 Calls per query in the bound: generate-then-retrieve agents make one; ``search-o1`` at most
 ``max_turns`` reasoning calls (fewer when ``max_refusals`` stops a model stuck on refused
 searches: at most ``(max_searches + 1) * max_refusals``) plus one Reason-in-Documents call per
 search made, at most ``min(max_searches, reasoning calls - 1)``; ``search-r1`` at most
-``max_turns``; ``llm-pointwise`` one per passage of its top ``depth``; listwise stages one per
-window of `agents.rerank.listwise.windows`. A first-stage list is at most ``eval.depth`` long
-(and never longer than the corpus) unless the agent's records say how long it is.
+``max_turns``; ``tool-search`` at most ``max_turns``, every prompt from the second on holding
+every search and read the limits allow (``max_searches`` results of ``max_k`` snippets,
+``max_reads`` documents cut to ``doc_words``, all asked for in the first turn, the worst case)
+and one nudge per earlier turn, up to ``nudges``; ``llm-pointwise`` one per passage of its top
+``depth``; listwise stages one per window of `agents.rerank.listwise.windows`. A first-stage
+list is at most ``eval.depth`` long (and never longer than the corpus) unless the agent's records
+say how long it is.
 
 Tokens: ``local/`` models are counted with their own tokenizer on the ChatML prompt the
 embedded provider sends (exact); other models with litellm's ``token_counter`` and its
 bundled tiktoken encoding (exact for OpenAI's older models, an approximation for others).
+Tools (``tool-search``) are counted as `agents.llm.tool_text.text_messages` writes them and the
+tool turns into plain messages: exactly what a ``local/`` model (or ``--server llamacpp``) is
+sent; for an API model, which gets them as JSON and formats them its own way, an approximation.
 Cost comes from litellm's local price map; local, self-hosted and unknown models have none.
 Nothing here calls a model, opens the network or writes a file: the dry run leaves no run
 folder, cache entry or joined model file behind.
@@ -63,6 +72,7 @@ UNKNOWN = "unknown"  # an agent or stage of a kind this module has no bound for
 UNPRICED = "unknown: not in litellm's price map"
 
 Messages = list[dict[str, str]]
+ToolMessages = list[dict[str, Any]]  # with tool_calls and tool turns (tool-search)
 
 
 @dataclass
@@ -340,12 +350,17 @@ class _Bounds:
         return [self.task.corpus[d] for d in self.longest(k, words)]
 
     def call(
-        self, model: str, messages: Messages, completion: int | None, what: str
+        self,
+        model: str,
+        messages: ToolMessages,
+        completion: int | None,
+        what: str,
+        tools: list[dict[str, Any]] | None = None,
     ) -> tuple[int, int] | None:
         """One call's (prompt, completion) tokens; None when its prompt cannot fit the model's
         context (the call fails, unpaid). The completion is cut to what the context leaves."""
         counter = self.counters.get(model)
-        prompt = counter.count(messages)
+        prompt = counter.count(messages, tools)
         limit = counter.context
         if limit is not None and prompt >= limit:
             self._capped.add(what)
@@ -355,6 +370,20 @@ class _Bounds:
         elif counter.local and limit is not None:  # the embedded provider cuts max_tokens so
             completion = min(completion, limit - prompt)
         return prompt, completion
+
+    def filled(self, model: str, completion: int | None) -> tuple[int, int]:
+        """The most a call can be paid for when its prompt would outgrow the model's context:
+        the longest prompt that fits (with the embedded provider, less the completion it cuts
+        to what the context leaves)."""
+        counter = self.counters.get(model)
+        limit = counter.context
+        assert limit is not None
+        if completion is None:
+            return limit - 1, 1
+        if counter.local:
+            completion = min(completion, limit - 1)
+            return limit - completion, completion
+        return limit - 1, completion
 
     @staticmethod
     def filler(tokens: int | None) -> str:
@@ -368,6 +397,8 @@ class _Bounds:
         name = self.config.agent
         if name in ("search-o1", "search-r1"):
             return self._search_o1(query) if name == "search-o1" else self._search_r1(query)
+        if name == "tool-search":
+            return self._tool_search(query)
         from agents.graphs.generate_retrieve import SPECS
 
         if name in SPECS:
@@ -383,7 +414,23 @@ class _Bounds:
                 "every output max_tokens long, every search returning the corpus's longest "
                 "documents"
             )
-        if "agent" in self._capped:
+        if self.config.agent == "tool-search":
+            notes.append(
+                "every output max_tokens long; from the second turn on, every search and read "
+                "the limits allow (the corpus's longest documents) and the nudges; the error "
+                "messages of refused or malformed calls not counted"
+            )
+            llm = self.config.llm
+            assert llm is not None
+            if not self.counters.get(llm.model).local and llm.server != "llamacpp":
+                notes.append(
+                    "tools and tool turns counted as the text local/ models are sent "
+                    "(agents/llm/tool_text.py): an approximation of the provider's own format"
+                )
+        if "agent" in self._capped and self.config.agent == "tool-search":
+            notes.append("calls whose prompt outgrows the model's context counted as filling it "
+                         "(a trajectory that searched or read less makes them)")  # fmt: skip
+        elif "agent" in self._capped:
             notes.append("calls whose prompt outgrows the model's context end the trajectory")
         if self.max_tokens is None:
             notes.append("no max_tokens: completions bounded by the context only")
@@ -499,6 +546,47 @@ class _Bounds:
             segments += [model_segment(f"{r1.SEARCH}{output}{r1.END_SEARCH}"), added]
         return calls
 
+    def _tool_search(self, query: str) -> list[tuple[int, int]]:
+        import json
+
+        from agents.graphs.tool_search import read_result, search_result, tool_schemas
+        from agents.llm.tool_text import ToolCall
+
+        assert self.config.llm is not None
+        model, m = self.config.llm.model, self.max_tokens
+        o = self.config.options
+        corpus = self.task.corpus
+        tools = tool_schemas(self.book, o)
+        prompt = self.book.get("tool-search").render(query=query, max_searches=o["max_searches"])
+        nudge = {"role": "user", "content": self.book.get("tool-search", "nudge").text}
+        output = self.filler(m)
+        # the worst case: every search and read the limits allow, all made in the first turn
+        # (in parallel), each search's max_k hits and each read the corpus's longest documents
+        hits = dict.fromkeys(self.longest(o["max_k"], o["snippet_words"]), 123.456)
+        search = search_result(hits, corpus, o["snippet_words"])
+        longest = self.longest(o["max_reads"], o["doc_words"])
+        reads = [longest[i % len(longest)] for i in range(o["max_reads"] if longest else 0)]
+        made = [("search", {"query": "the", "k": o["max_k"]}, search)] * o["max_searches"]
+        made += [
+            ("read", {"doc_id": doc}, read_result(doc, corpus, o["doc_words"]))
+            for doc in reads
+        ]  # fmt: skip
+        first: dict[str, Any] = {"role": "assistant", "content": output}
+        if made:
+            first["tool_calls"] = [ToolCall(f"call_{i}", name, json.dumps(arguments)).to_message()
+                                   for i, (name, arguments, _) in enumerate(made)]  # fmt: skip
+        results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": result}
+                   for i, (_, _, result) in enumerate(made)]  # fmt: skip
+        shown: ToolMessages = [{"role": "user", "content": prompt}]
+        calls: list[tuple[int, int]] = []
+        for turn in range(1, o["max_turns"] + 1):
+            # too long for the context: a model that searched or read less still makes the turn
+            calls.append(self.call(model, shown, m, "agent", tools) or self.filled(model, m))
+            shown += [first, *results] if turn == 1 else [{"role": "assistant", "content": output}]
+            if turn <= o["nudges"]:  # any turn may be the one nudged: one after each, up to nudges
+                shown.append(nudge)
+        return calls
+
     # the rerank stages
 
     def _stage(self, stage_config: Any) -> Any:
@@ -608,11 +696,21 @@ class _Counter:
     local = False
     context: int | None = None
     described = ""
+    default_system: str | None = None  # the system prompt a local/ model gets when none is sent
 
     def __init__(self) -> None:
         self._memo: dict[str, int] = {}
 
-    def count(self, messages: Messages) -> int:
+    def count(self, messages: ToolMessages, tools: list[dict[str, Any]] | None = None) -> int:
+        """With tools or tool turns, the plain messages `tool_text.text_messages` makes of
+        them (what a local/ model is sent; each still counted once)."""
+        from agents.llm.tool_text import text_messages, uses_tools
+
+        if uses_tools(messages, tools):
+            messages = text_messages(messages, tools, self.default_system)
+        return self._count(messages)
+
+    def _count(self, messages: Messages) -> int:
         raise NotImplementedError
 
     def count_text(self, text: str) -> int:
@@ -651,7 +749,7 @@ class _LiteLLMCounter(_Counter):
         finally:
             litellm.disable_hf_tokenizer_download, litellm.disable_token_counter = saved
 
-    def count(self, messages: Messages) -> int:
+    def _count(self, messages: Messages) -> int:
         if not self._checked:
             self._checked = True
             self._additive = self._by_message(messages) == self._counted(messages=messages)
@@ -696,7 +794,7 @@ class _LocalCounter(_Counter):
     def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
         return self._llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
 
-    def count(self, messages: Messages) -> int:
+    def _count(self, messages: Messages) -> int:
         from agents.llm.local import render_chatml
 
         prompt = render_chatml(messages, self.default_system)
@@ -737,6 +835,7 @@ class _Counters:
                     why = f"its tokenizer did not load ({type(e).__name__})"
             counter = _LiteLLMCounter(model)
             counter.context = _local_context(model)
+            counter.default_system = _local_system(model)
             counter.local = True
             counter.described += f"; not the model's own: {why}"
             return counter
@@ -774,6 +873,13 @@ def _local_context(model: str) -> int | None:
 
     info = LOCAL_MODELS.get(model.removeprefix("local/"))
     return info.n_ctx if info else None
+
+
+def _local_system(model: str) -> str | None:
+    from agents.llm.local import LOCAL_MODELS
+
+    info = LOCAL_MODELS.get(model.removeprefix("local/"))
+    return info.default_system if info else None
 
 
 def _api_context(model: str) -> int | None:

@@ -428,3 +428,148 @@ def test_a_listwise_window_too_long_for_the_context_is_counted_as_the_stage_rese
     # the call as it is paid once cut to fit: a whole reply's room left (--max-tokens 512)
     assert 0 < int(prompt.replace(",", "")) <= 8192 - 512 and completion == "512"
     assert "counted with passages cut shorter until they fit" in out
+
+
+# --- tool-search -----------------------------------------------------------------------------
+
+
+def tool_search_first_prompt(query: str, max_searches: int = 5, **options) -> list[dict]:
+    """tool-search's first turn as the model sees it: the user prompt and the tools, as text."""
+    from agents.graphs.tool_search import DEFAULTS, tool_schemas
+    from agents.llm.tool_text import text_messages
+
+    book = PromptBook({}, "toy")
+    content = book.get("tool-search").render(query=query, max_searches=max_searches)
+    tools = tool_schemas(book, {**DEFAULTS, "max_searches": max_searches, **options})
+    return text_messages([{"role": "user", "content": content}], tools, None)
+
+
+def test_tool_search_is_bounded_by_its_limits(tmp_path, toy_dir):
+    from agents.llm.scripted import Reply
+
+    plan = [
+        Reply("Let me search.", tool_calls=[("search", {"query": "aspirin platelets", "k": 3})]),
+        Reply(tool_calls=[("read", {"doc_id": "d3"})]),
+        Reply("d3 answers it.", tool_calls=[("submit", {"doc_ids": ["d3"]})]),
+    ]
+
+    def respond(messages, params):
+        return plan[min(sum(m["role"] == "assistant" for m in messages), len(plan) - 1)]
+
+    provider = scripted.install(respond)
+
+    def bound(*options: str):
+        config = config_of(tmp_path, toy_dir, agent="tool-search", option=list(options))
+        return estimate(config).tasks[0].stages[0]
+
+    full = bound()
+    assert (full.source, full.calls, full.completion_tokens) == (BOUND, 8, 8 * 512)  # max_turns
+    assert provider.calls == 0
+    # the first turn: the user prompt and the tools (as tool_text renders them), nothing else
+    first = bound("max_turns=1")
+    expected = sum(count("scripted/x", tool_search_first_prompt(q)) for q in QUERIES.values())
+    assert first.calls == 1 and first.prompt_tokens == expected / 3
+    # from the second turn on: every search and read the limits allow; then a turn's output each
+    two, three = bound("max_turns=2"), bound("max_turns=3")
+    assert two.calls == 2 and three.calls == 3
+    second, third = two.prompt_tokens - first.prompt_tokens, three.prompt_tokens - two.prompt_tokens
+    assert first.prompt_tokens + 512 < second < third
+    # fewer searches, reads, hits or words make smaller prompts; the nudges add to them
+    assert bound("max_searches=1").prompt_tokens < full.prompt_tokens
+    assert bound("max_reads=0").prompt_tokens < full.prompt_tokens
+    assert bound("max_k=2", "top_k=2").prompt_tokens < full.prompt_tokens  # 5 documents here
+    assert bound("doc_words=5").prompt_tokens < full.prompt_tokens
+    assert bound("nudges=0").prompt_tokens < full.prompt_tokens < bound("nudges=3").prompt_tokens
+    assert any("every search and read the limits allow" in n for n in full.notes)
+    assert any("approximation" in n for n in full.notes)  # not a local/ model: tools as text
+
+    # a run of the same configuration: measured from its records
+    assert main(flags(tmp_path, "--agent", "tool-search", "--model", "scripted/x",
+                      "--dataset", str(toy_dir))) == 0  # fmt: skip
+    measured = estimate(config_of(tmp_path, toy_dir, agent="tool-search")).tasks[0].stages[0]
+    assert (measured.source, measured.measured_queries) == (MEASURED, 3)
+    assert measured.calls == 3 and provider.calls == 9  # search, read, submit
+    assert measured.calls <= full.calls and measured.prompt_tokens <= full.prompt_tokens
+
+
+def test_tool_searchs_bound_holds_a_trajectory_that_uses_every_limit(tmp_path, toy_dir):
+    """Every search (all five documents each) and read in the first turn, then outputs without a
+    call: nudged once, then the turn limit."""
+    from agents.llm.scripted import Reply
+    from agents.llm.tool_text import text_messages
+
+    m = 200
+    options = ["max_turns=3", "max_searches=2", "max_reads=2", "max_k=5", "top_k=5"]
+    words = "aspirin" + " the" * (m - 100)  # the calls take the rest of max_tokens
+    query = {"query": "insulin metformin aspirin statins warfarin", "k": 5}
+    calls = [("search", query), ("search", query), ("read", {"doc_id": "d5"}),
+             ("read", {"doc_id": "d4"})]  # fmt: skip
+    sent = []
+
+    def respond(messages, params):
+        sent.append(text_messages(messages, params["tools"], None))
+        first = not any(m["role"] == "assistant" for m in messages)
+        return Reply(words, tool_calls=calls) if first else words
+
+    scripted.install(respond)
+    values = {"agent": "tool-search", "max_tokens": m, "option": options}
+    bound = estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0]
+    assert (bound.calls, bound.completion_tokens) == (3, 3 * m)
+    argv = ["--agent", "tool-search", "--max-tokens", str(m), "--dataset", str(toy_dir)]
+    argv += ["--concurrency", "1"]  # one query after the other: its three prompts in turn
+    argv += [a for o in options for a in ("--option", o)]
+    assert main(flags(tmp_path, "--model", "scripted/x", *argv)) == 0
+    assert len(sent) == 3 * 3
+    assert all(s[-1]["content"].startswith("<tool_response>") for s in sent[1::3])
+    assert all(s[-1]["content"].startswith("You did not call a tool.") for s in sent[2::3])
+    actual = sum(count("scripted/x", messages) for messages in sent) / 3
+    assert actual <= bound.prompt_tokens <= 1.25 * actual
+
+
+def test_tool_search_with_a_local_model_counts_the_text_the_model_is_sent(tmp_path, toy_dir):
+    from llama_cpp import Llama
+
+    from agents.llm.local import LOCAL_MODELS, model_file, render_chatml
+
+    model = "local/smollm2-135m"
+    values = {"agent": "tool-search", "model": model, "limit": 1}
+    first = estimate(config_of(tmp_path, toy_dir, option=["max_turns=1"], **values))
+    assert "own tokenizer" in first.tokenizers[model]
+    system = LOCAL_MODELS["smollm2-135m"].default_system
+    tokenizer = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
+    try:
+        from agents.graphs.tool_search import DEFAULTS, tool_schemas
+        from agents.llm.tool_text import text_messages
+
+        book = PromptBook({}, "toy")
+        content = book.get("tool-search").render(query=QUERIES["q1"], max_searches=5)
+        shown = text_messages([{"role": "user", "content": content}],
+                              tool_schemas(book, DEFAULTS), system)  # fmt: skip
+        prompt = render_chatml(shown, system)
+        tokens = len(tokenizer.tokenize(prompt.encode(), add_bos=True, special=True))
+    finally:
+        tokenizer.close()
+    assert first.tasks[0].stages[0].prompt_tokens == tokens
+    assert estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0].calls == 8
+
+
+def test_tool_search_prompts_past_the_context_are_counted_as_filling_it(tmp_path, capsys):
+    """All the searches at once overflow the context from the second turn; a model that searched
+    less would still make those turns: each counted as the most a call can be paid for."""
+    folder = tmp_path / "long"
+    folder.mkdir()
+    words = " ".join(f"word{i}" for i in range(3000))
+    with open(folder / "corpus.jsonl", "w") as f:
+        for i in range(3):
+            f.write(json.dumps({"id": f"d{i}", "text": words}) + "\n")
+    (folder / "query.jsonl").write_text(json.dumps({"id": "q1", "text": "word1 word2"}) + "\n")
+    (folder / "qrels.jsonl").write_text(json.dumps({"q_id": "q1", "p_id": "d0", "score": 1}) + "\n")
+    assert main(flags(tmp_path, "--dataset", str(folder), "--agent", "tool-search",
+                      "--model", "local/smollm2-135m", "--max-turns", "3",
+                      "--dry-run")) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    ((*_, calls, prompt, completion, _source, _bound),) = rows(out, "tool-search")
+    assert calls == "3" and completion == f"{3 * 512:,}"
+    first = int(prompt.replace(",", "")) - 2 * (8192 - 512)  # n_ctx less the reply's room
+    assert 0 < first < 8192 - 512
+    assert "counted as filling it" in out

@@ -325,7 +325,12 @@ def test_another_process_sees_the_same_cache(provider, tmp_path):
     )
     completion = run(llm.chat(USER))
     assert completion.cached and completion.text == "from the other process"
-    assert LLMCache(tmp_path / "llm").get(key) == {**entry, "logprobs": None, "stop_reason": None}
+    assert LLMCache(tmp_path / "llm").get(key) == {
+        **entry,
+        "logprobs": None,
+        "stop_reason": None,
+        "tool_calls": None,
+    }
 
 
 def test_local_models_register_their_provider_once(provider, tmp_path, monkeypatch):

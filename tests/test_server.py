@@ -272,6 +272,33 @@ def test_continue_mode_through_the_server_equals_the_in_process_run(
     assert len(server.completions_endpoint()) - before == len(llm_steps(served))
 
 
+def test_tool_search_through_the_server_equals_the_in_process_run(qwen_server, tmp_path):
+    """The same tool-calling trajectory in-process (tools written in as text, calls parsed by
+    the embedded provider) and through llama.cpp's completions endpoint rendered by the GGUF's
+    own template, which writes the tools itself."""
+    template = gguf_template("qwen2.5-coder-0.5b", tmp_path)
+    flags = ["--limit", "1", "--max-tokens", "96", "--max-turns", "3"]
+    local = agent_run(tmp_path, "local", "tool-search", *flags, "--model",
+                      "local/qwen2.5-coder-0.5b")  # fmt: skip
+    served = agent_run(
+        tmp_path, "served", "tool-search", *flags, "--model", f"openai/{SERVED}",
+        "--api-base", qwen_server.url, "--server", "llamacpp", "--chat-template", str(template),
+    )  # fmt: skip
+
+    def calls(records: dict) -> list:
+        return [
+            (json.dumps(s["messages"]), s["output"], s.get("tool_calls"))
+            for r in records.values() for s in r["steps"] if s["node"] == "reason"
+        ]  # fmt: skip
+
+    assert calls(served) == calls(local)
+    assert any(tool_calls for *_, tool_calls in calls(local)), "the model called no tool"
+    tools = [s for r in local.values() for s in r["steps"] if s["node"] == "tool"]
+    assert any(s["tool"] == "search" and not s["error"] for s in tools)
+    for q in local:
+        assert served[q]["ranking"] == local[q]["ranking"]
+
+
 def test_chat_mode_through_the_server_hands_results_back_as_user_turns(roomy_server, tmp_path):
     served = agent_run(
         tmp_path, "chat", "search-r1", "--limit", "2", "--model", f"openai/{SERVED}",

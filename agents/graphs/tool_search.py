@@ -145,6 +145,20 @@ def _words(text: str, n: int) -> str:
     return " ".join(text.split()[:n])
 
 
+def search_result(ranking: Mapping[str, float], corpus: Mapping[str, str], words: int) -> str:
+    """What a search sends back: its hits as JSON (id, score, the text's first words)."""
+    hits = [
+        {"id": doc, "score": round(score, 3), "snippet": _words(corpus[doc], words)}
+        for doc, score in ranking.items()
+    ]
+    return json.dumps(hits, ensure_ascii=False)
+
+
+def read_result(doc: str, corpus: Mapping[str, str], words: int) -> str:
+    """What a read sends back: the document's first ``words`` words as JSON."""
+    return json.dumps({"id": doc, "text": _words(corpus[doc], words)}, ensure_ascii=False)
+
+
 def parse_arguments(raw: str) -> dict[str, Any]:
     """A call's arguments as a mapping (an empty text is no arguments)."""
     if not raw.strip():
@@ -289,19 +303,13 @@ def build_graph(ctx: AgentContext) -> Any:
         query, k = _string(arguments, "query"), _k(arguments, options)
         ranking, found = search_step(ctx.retriever, "tool", SearchRequest(query=query), k)
         step |= {key: found[key] for key in ("retriever", "request", "doc_ids", "scores")}
-        hits = [
-            {"id": doc, "score": round(score, 3),
-             "snippet": _words(ctx.corpus[doc], options["snippet_words"])}
-            for doc, score in ranking.items()
-        ]  # fmt: skip
-        return json.dumps(hits, ensure_ascii=False), list(ranking)
+        return search_result(ranking, ctx.corpus, options["snippet_words"]), list(ranking)
 
     def _read(arguments: Mapping[str, Any]) -> tuple[str, list[str]]:
         doc = _string(arguments, "doc_id")
         if doc not in ctx.corpus:
             raise ToolError(f"no document has id {doc!r}; read ids from your search results")
-        text = _words(ctx.corpus[doc], options["doc_words"])
-        return json.dumps({"id": doc, "text": text}, ensure_ascii=False), [doc]
+        return read_result(doc, ctx.corpus, options["doc_words"]), [doc]
 
     def _submit(arguments: Mapping[str, Any], seen: list[str]) -> list[str]:
         ids = _doc_ids(arguments)

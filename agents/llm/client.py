@@ -51,13 +51,7 @@ from agents.llm.serving import (
     replicas,
     resolve_server,
 )
-from agents.llm.tool_text import (
-    ToolCall,
-    parse_tool_calls,
-    text_messages,
-    tool_names,
-    uses_tools,
-)
+from agents.llm.tool_text import ToolCall, parse_tool_calls, tool_names
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.usage import Usage
 
@@ -425,9 +419,7 @@ class LLM:
                 kwargs.pop("top_logprobs", None)
             tools = kwargs.pop("tools", None)
             kwargs.pop("tool_choice", None)
-            if uses_tools(messages, tools):
-                messages = text_messages(messages, tools, None)
-            call = dict(prompt=self._template.render(messages), stop=stop, **kwargs)
+            call = dict(prompt=self._template.render(messages, tools), stop=stop, **kwargs)
             if len(urls) > 1:
                 return await self._replicas(urls).atext_completion(model=ROUTED, **call)
             return await litellm.atext_completion(model=self.model, api_base=self.api_base, **call)

@@ -58,8 +58,19 @@ class ChatTemplate:
     text: str | None  # Jinja source (None: built-in ChatML)
     folder: str | None = None  # a tokenizer folder rendered by transformers
 
-    def render(self, messages: list[dict[str, Any]]) -> str:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> str:
+        """The prompt for ``messages`` (and OpenAI-style ``tools``, with ``tool_calls`` and
+        ``tool`` turns): a template that knows tools renders them itself, as the model's
+        server would; for one that does not, and for ChatML, they are written in as text
+        (agents/llm/tool_text.py)."""
+        from agents.llm import tool_text
+
         partial = bool(messages) and messages[-1].get("role") == "assistant"
+        if tool_text.uses_tools(messages, tools):
+            if self.text is None or "tools" not in self.text:
+                messages, tools = tool_text.text_messages(messages, tools, None), None
+            else:
+                messages = tool_text.mapping_arguments(messages)
         if self.text is None:
             from agents.llm.local import render_chatml
 
@@ -68,12 +79,14 @@ class ChatTemplate:
             tokenizer = _tokenizer(self.folder)
             return tokenizer.apply_chat_template(
                 messages,
+                tools=tools,
                 tokenize=False,
                 add_generation_prompt=not partial,
                 continue_final_message=partial,
             )
         rendered = _jinja(self.text).render(
             messages=messages,
+            tools=tools,
             add_generation_prompt=not partial,
             bos_token="",
             eos_token="",
@@ -140,7 +153,16 @@ def _jinja(text: str) -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = _tojson  # transformers' own: not HTML-escaped, keys in order
     return env.from_string(text)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: Any = None,
+            separators: Any = None, sort_keys: bool = False) -> str:  # fmt: skip
+    import json
+
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                      separators=separators, sort_keys=sort_keys)  # fmt: skip
 
 
 @functools.cache

@@ -128,6 +128,25 @@ def text_messages(
     return out
 
 
+def mapping_arguments(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each call's JSON ``arguments`` text as a mapping, which is what chat
+    templates expect (transformers' convention; vLLM converts the same way)."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = dict(call.get("function", {}))
+                try:
+                    function["arguments"] = json.loads(function.get("arguments") or "{}")
+                except (TypeError, ValueError):
+                    pass  # already a mapping, or not JSON: the template gets what there is
+                calls.append({**call, "function": function})
+            message = {**message, "tool_calls": calls}
+        out.append(message)
+    return out
+
+
 def parse_tool_calls(text: str, names: Collection[str] = ()) -> tuple[str, list[ToolCall]]:
     """(the text before the first call, stripped; the calls) of a model's output.
 
