@@ -277,7 +277,7 @@ def test_tool_search_through_the_server_equals_the_in_process_run(qwen_server, t
     the embedded provider) and through llama.cpp's completions endpoint rendered by the GGUF's
     own template, which writes the tools itself."""
     template = gguf_template("qwen2.5-coder-0.5b", tmp_path)
-    flags = ["--limit", "1", "--max-tokens", "96", "--max-turns", "3"]
+    flags = ["--limit", "1", "--max-tokens", "96", "--max-turns", "2"]
     local = agent_run(tmp_path, "local", "tool-search", *flags, "--model",
                       "local/qwen2.5-coder-0.5b")  # fmt: skip
     served = agent_run(

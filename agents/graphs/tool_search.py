@@ -312,8 +312,8 @@ def build_graph(ctx: AgentContext) -> Any:
         return read_result(doc, ctx.corpus, options["doc_words"]), [doc]
 
     def _submit(arguments: Mapping[str, Any], seen: list[str]) -> list[str]:
-        ids = _doc_ids(arguments)
-        unseen = [i for i in ids if i not in set(seen)]
+        ids, known = _doc_ids(arguments), set(seen)
+        unseen = [i for i in ids if i not in known]
         if unseen:
             named = ", ".join(unseen[:SHOWN_IDS]) + (" ..." if len(unseen) > SHOWN_IDS else "")
             raise ToolError(
