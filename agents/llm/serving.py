@@ -15,7 +15,10 @@ each message. Which one a server can do depends on what it is (``--server``):
 Chat templates for the completions path (``--chat-template``): ``chatml`` (built in; Qwen2.5,
 QwQ, Qwen3, SmolLM2 speak it), a Jinja template file, or a local tokenizer folder whose
 ``tokenizer_config.json`` holds one (rendered by transformers' ``apply_chat_template``). A file
-is rendered the way transformers renders it, so the two give the same text.
+is rendered the way transformers renders it, so the two give the same text. Tools (the
+``tool-search`` agent) are rendered by a template that knows them (Qwen's, as the GGUF carries
+it) and written in as text otherwise; the calls are read back from the completion's text
+(agents/llm/tool_text.py).
 """
 
 from __future__ import annotations
