@@ -4,7 +4,8 @@ Reads the query's last record in `<run folder>/<task>/queries.jsonl` (all tasks 
 unless `--task` is given) and prints every step: LLM calls with their output and tool calls,
 searches with the doc ids they returned, tool results, canned messages and limits; then the
 steps of each later (rerank) stage up to the task's final one, and the final ranking, which is
-that stage's.
+that stage's. Documents the qrels judge relevant are marked ``[R<grade>]`` (from the dataset
+the run's config names), as the HTML report of `eval.compare` marks them.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from eval.argtypes import positive_int
-from eval.runs import read_records, records_path, stage_chain, task_dirs
+from eval.runs import QrelsError, read_records, records_path, run_qrels, stage_chain, task_dirs
 
 WIDTH = 100
 
@@ -54,7 +55,24 @@ def _block(text: str, limit: int) -> str:
     return textwrap.indent(text.strip() or "(empty)", "    │ ", lambda line: True)
 
 
-def format_step(number: int, step: dict[str, Any], limit: int) -> str:
+def mark(doc: str, grades: Mapping[str, int] | None) -> str:
+    """``doc`` with its relevance from the qrels, as the HTML report marks it: ``[R2]`` for a
+    relevant document of grade 2, nothing for one judged not relevant or not judged."""
+    grade = (grades or {}).get(doc, 0)
+    return f"{doc} [R{grade}]" if grade > 0 else doc
+
+
+def _found(ids: Sequence[str], grades: Mapping[str, int] | None) -> str:
+    if grades is None:
+        return ""
+    hits = sum((grades.get(d, 0) > 0) for d in ids)
+    return f"; relevant {hits} of {len(ids)} shown"
+
+
+def format_step(
+    number: int, step: dict[str, Any], limit: int, grades: Mapping[str, int] | None = None
+) -> str:
+    """One step as text; ``grades`` (the query's qrels) mark the relevant documents."""
     node = step.get("node", "?")
     lines = [f"[{number}] {node}"]
     if "messages" in step:
@@ -75,21 +93,23 @@ def format_step(number: int, step: dict[str, Any], limit: int) -> str:
         lines[0] += f"  retriever {step.get('retriever')}"
         lines.append(f"  query: {req.get('sparse_text') or req.get('query')}"[: WIDTH * 3])
         top = ", ".join(
-            f"{d} ({s:.3f})"
+            f"{mark(d, grades)} ({s:.3f})"
             for d, s in zip(step["doc_ids"][:10], step["scores"][:10], strict=False)
         )
-        lines.append(f"  top docs: {top or '(none)'}")
+        lines.append(f"  top docs: {top or '(none)'}{_found(step['doc_ids'][:10], grades)}")
     if step.get("node") == "tool":  # one tool call the agent ran, and what went back
         lines[0] += f"  {step['tool']}({step['arguments']})"[: WIDTH * 3]
         lines.append("  error:" if step.get("error") else "  result:")
         lines.append(_block(step.get("result", ""), limit))
     if "window" in step:  # a listwise stage's window: which documents, in, then out
         lo, hi = step["window"]
-        lines.append(f"  window positions {lo + 1}-{hi}: {' '.join(step['doc_ids'])}")
-        lines.append(f"  reordered: {' '.join(step['order'])}")
+        shown = " ".join(mark(d, grades) for d in step["doc_ids"])
+        lines.append(f"  window positions {lo + 1}-{hi}: {shown}")
+        lines.append(f"  reordered: {' '.join(mark(d, grades) for d in step['order'])}")
     if "judged_by" in step:  # a pointwise judgement
         lines.append(
-            f"  document {step['doc_id']} (was rank {step['rank']}): score {step['score']}"
+            f"  document {mark(step['doc_id'], grades)} (was rank {step['rank']}): "
+            f"score {step['score']}"
             f" from {step['judged_by']}"
         )
     for key in ("reason", "message", "note"):
@@ -103,28 +123,34 @@ def format_record(
     record: dict[str, Any],
     limit: int = 1500,
     stages: Sequence[tuple[str, dict[str, Any]]] = (),
+    grades: Mapping[str, int] | None = None,
 ) -> str:
     """The agent's record, then each later stage's (`stage_records`); the final ranking is
-    the last stage's."""
+    the last stage's. ``grades``, the query's qrels, mark relevant documents (`mark`)."""
     head = [
         f"task {task}, query {record['query_id']}: {record['query']}",
         f"{record['seconds']:.2f} s; usage {record['usage']}",
     ]
     if record.get("error"):
         head.append(f"FAILED: {record['error']}")
+    if grades is not None:
+        judged = ", ".join(f"{d} [R{g}]" for d, g in grades.items() if g > 0)
+        head.append(f"relevant (qrels): {judged or 'none'}")
     blocks = ["\n".join(head)]
-    blocks += [format_step(i, s, limit) for i, s in enumerate(record["steps"], 1)]
+    blocks += [format_step(i, s, limit, grades) for i, s in enumerate(record["steps"], 1)]
     for name, stage in stages:
         seconds = stage.get("seconds") or 0.0
         stage_head = [f"stage {name}: {seconds:.2f} s; usage {stage.get('usage')}"]
         if stage.get("error"):
             stage_head.append(f"FAILED: {stage['error']}")
         blocks.append("\n".join(stage_head))
-        blocks += [format_step(i, s, limit) for i, s in enumerate(stage.get("steps") or [], 1)]
+        steps = stage.get("steps") or []
+        blocks += [format_step(i, s, limit, grades) for i, s in enumerate(steps, 1)]
     final = stages[-1][1] if stages else record
     ranked = final.get("ranking") or []
-    ranking = ", ".join(f"{d} ({s:.3f})" for d, s in ranked[:10])
-    blocks.append(f"final ranking (top 10 of {len(ranked)}): {ranking or '(none)'}")
+    ranking = ", ".join(f"{mark(d, grades)} ({s:.3f})" for d, s in ranked[:10])
+    found = _found([d for d, _ in ranked[:10]], grades)
+    blocks.append(f"final ranking (top 10 of {len(ranked)}): {ranking or '(none)'}{found}")
     return "\n\n".join(blocks)
 
 
@@ -134,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("query_id")
     p.add_argument("--task", default=None, help="only look in this task's folder")
     p.add_argument("--chars", type=positive_int, default=1500, help="cut texts longer than this")
+    p.add_argument("--cache-dir", type=Path, default=None, help="as agents.run's (for qrels)")
+    p.add_argument("--no-qrels", action="store_true", help="do not mark relevant documents")
     args = p.parse_args(argv)
     try:
         task, record = find_record(args.run_dir, args.query_id, args.task)
@@ -141,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(format_record(task, record, args.chars, stages))
+    grades = None
+    if not args.no_qrels:
+        try:
+            grades = run_qrels(args.run_dir, task, args.cache_dir).get(args.query_id, {})
+        except QrelsError as e:  # the trajectory is still worth reading
+            print(f"note: relevant documents not marked: {e}", file=sys.stderr)
+    print(format_record(task, record, args.chars, stages, grades))
     return 0
 
 

@@ -2,8 +2,9 @@
 
 For the chosen metric (nDCG@10 by default) it prints and writes a leaderboard (one row per
 run, R2MED's task order, then Avg), per-query deltas against a baseline run (wins / ties /
-losses, paired p-values, the queries that moved most, with their text) and a cost table, and
-draws per-task bars and a cost-vs-metric scatter. See docs/experiments.md.
+losses, paired p-values, the queries that moved most, with their text) and a cost table, draws
+per-task bars and a cost-vs-metric scatter, and writes report.html, a page that holds all of
+it plus every query's score and trajectory (`eval.html_report`). See docs/experiments.md.
 
 Decisions worth knowing:
 
@@ -42,6 +43,8 @@ from eval.metrics import parse_metric
 from eval.report import leaderboard_markdown, order_tasks
 from eval.runs import (
     TASK_METRICS_FILE,
+    QrelsError,
+    RunQrels,
     read_config,
     read_per_query,
     read_records,
@@ -171,6 +174,8 @@ class Comparison:
     movers: dict[str, tuple[list[Mover], list[Mover]]]  # label -> (most up, most down)
     costs: dict[str, Cost]
     notes: list[str] = field(default_factory=list)
+    # the qrels the comparison used (and loaded), for the HTML report's relevance marks
+    qrels: RunQrels = field(default_factory=RunQrels, repr=False, compare=False)
 
     def avg(self, label: str) -> float:
         values = [self.means[label][t] for t in self.tasks]
@@ -256,7 +261,7 @@ def compare_runs(
         if extra := sorted(have - set(tasks)):
             notes.append(f"{label}: task(s) {', '.join(extra)} left out (not in every run)")
 
-    qrels = _Qrels(qrels_from, cache_dir)
+    qrels = RunQrels(qrels_from, cache_dir)
     raw = {k: {t: _task_scores(r, t, metric, qrels) for t in tasks} for k, r in runs.items()}
 
     scores: dict[str, dict[str, dict[str, float]]] = {k: {} for k in labels}
@@ -305,6 +310,7 @@ def compare_runs(
         movers=movers,
         costs=costs,
         notes=notes,
+        qrels=qrels,
     )
 
 
@@ -337,47 +343,27 @@ def _labelled(runs: list[RunData]) -> dict[str, RunData]:
     return out
 
 
-class _Qrels:
-    """Qrels per (dataset spec, task), loaded on first use only: datasets can be large."""
-
-    def __init__(self, spec: str | None, cache_dir: Path | None) -> None:
-        self.spec = spec
-        self.cache_dir = cache_dir
-        self.loaded: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
-
-    def get(self, run: RunData, task: str) -> dict[str, dict[str, int]]:
-        spec = self.spec or run.config.get("dataset")
-        if not spec:
-            raise CompareError(f"{run.path}: config.json names no dataset; pass --qrels-from")
-        if spec not in self.loaded:
-            from eval.datasets import DataError, default_cache_dir, load_tasks
-
-            cache_dir = self.cache_dir if self.cache_dir is not None else default_cache_dir()
-            try:
-                self.loaded[spec] = {t.name: t.qrels for t in load_tasks(spec, cache_dir)}
-            except DataError as e:
-                raise CompareError(
-                    f"{run.path}: cannot load qrels of dataset {spec!r} ({e}); pass --qrels-from"
-                ) from e
-        if task not in self.loaded[spec]:
-            raise CompareError(f"dataset {spec!r} has no task {task!r} (run {run.path})")
-        return self.loaded[spec][task]
+def _qrels(qrels: RunQrels, run: RunData, task: str) -> dict[str, dict[str, int]]:
+    try:
+        return qrels.get(run.path, task, run.config)
+    except QrelsError as e:
+        raise CompareError(f"{e}; pass --qrels-from") from None
 
 
-def _task_scores(run: RunData, task: str, metric: str, qrels: _Qrels) -> dict[str, float]:
+def _task_scores(run: RunData, task: str, metric: str, qrels: RunQrels) -> dict[str, float]:
     """Per-query ``metric`` of one run on one task; a failed query scores 0."""
     files = run.tasks[task]
     if files.per_query and all(metric in v for v in files.per_query.values()):
         values = {q: float(v[metric]) for q, v in files.per_query.items()}
         failed = [q for q, r in files.records.items() if r.get("error") and q not in values]
         if qrels.spec is not None:  # the user named the qrels: score only queries they hold
-            known = qrels.get(run, task)
+            known = _qrels(qrels, run, task)
             failed = [q for q in failed if q in known]
             values = {q: v for q, v in values.items() if q in known}
         return values | dict.fromkeys(failed, 0.0)
     if not files.run_trec.is_file():
         raise CompareError(f"{run.path / task}: no per_query.jsonl with {metric} and no run.trec")
-    all_qrels = qrels.get(run, task)
+    all_qrels = _qrels(qrels, run, task)
     asked = set(files.per_query) | set(files.records)
     task_qrels = {q: d for q, d in all_qrels.items() if q in asked}
     _, k = parse_metric(metric)
@@ -562,8 +548,49 @@ def comparison_markdown(c: Comparison) -> str:
     return "\n".join(out)
 
 
-def write_comparison(c: Comparison, out: Path | str, plots: bool = True) -> list[Path]:
-    """Write report.md, leaderboard.md/.csv, deltas.csv, comparison.json and the plots."""
+def reference_run(c: Comparison) -> str:
+    """The run the charts mark as the no-LLM baseline: the baseline when it calls no LLM,
+    else the first run that calls none (agent "none" and no LLM configured, ones without
+    rerank stages first), else the baseline."""
+
+    def calls_no_llm(label: str) -> bool:
+        config = c.runs[label].config
+        return config.get("agent") == "none" and not (config.get("llm") or config.get("model"))
+
+    if calls_no_llm(c.baseline):
+        return c.baseline
+    candidates = [k for k in c.labels if calls_no_llm(k)]
+    candidates.sort(key=lambda k: bool(c.runs[k].config.get("rerank")))  # stable: keeps order
+    return candidates[0] if candidates else c.baseline
+
+
+def cost_points(c: Comparison) -> tuple[dict[str, tuple[float, float]], str]:
+    """(label: (cost, Avg)) and the x-axis name: USD when every run was priced, else tokens."""
+    if all(k.cost_known and k.calls for k in c.costs.values()):
+        return {k: (c.costs[k].cost, c.avg(k)) for k in c.labels}, "estimated cost (USD)"
+    return (
+        {k: (float(c.costs[k].tokens), c.avg(k)) for k in c.labels},
+        "LLM tokens (in + out)",
+    )
+
+
+def comparison_figures(c: Comparison) -> dict[str, Any]:
+    """The charts as matplotlib Figures: "tasks" (per-task bars) and "cost" (the scatter)."""
+    from eval.plots import cost_figure, task_bars_figure
+
+    reference = reference_run(c)
+    points, xlabel = cost_points(c)
+    return {
+        "tasks": task_bars_figure(c.means, c.tasks, c.metric, reference),
+        "cost": cost_figure(points, xlabel, f"Avg {c.metric}", reference),
+    }
+
+
+def write_comparison(
+    c: Comparison, out: Path | str, plots: bool = True, html: bool = True
+) -> list[Path]:
+    """Write report.md, leaderboard.md/.csv, deltas.csv, comparison.json, the plots
+    (tasks.png, cost.png) and report.html (`eval.html_report`)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -614,20 +641,20 @@ def write_comparison(c: Comparison, out: Path | str, plots: bool = True) -> list
         "notes": c.notes,
     }
     put("comparison.json", json.dumps(summary, indent=2) + "\n")
+    if not (plots or html):
+        return written
+    # One set of figures for both outputs: the PNGs and the page's SVGs are the same charts.
+    figures = comparison_figures(c)
     if plots:
-        from eval.plots import plot_cost_vs_metric, plot_task_bars
+        from eval.plots import save_png
 
-        plot_task_bars(c.means, c.tasks, c.metric, out / "tasks.png")
-        written.append(out / "tasks.png")
-        all_priced = all(k.cost_known and k.calls for k in c.costs.values())
-        if all_priced:
-            points = {k: (c.costs[k].cost, c.avg(k)) for k in c.labels}
-            xlabel = "estimated cost (USD)"
-        else:
-            points = {k: (float(c.costs[k].tokens), c.avg(k)) for k in c.labels}
-            xlabel = "LLM tokens (in + out)"
-        plot_cost_vs_metric(points, xlabel, f"Avg {c.metric}", out / "cost.png")
-        written.append(out / "cost.png")
+        for name, figure in figures.items():
+            save_png(figure, out / f"{name}.png")
+            written.append(out / f"{name}.png")
+    if html:
+        from eval.html_report import write_report
+
+        written.append(write_report(c, out / "report.html", figures))
     return written
 
 
@@ -664,7 +691,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="dataset whose qrels to use (default: each run's own, loaded only if needed)",
     )
     p.add_argument("--cache-dir", type=Path, default=None, help="as agents.run's")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="no tasks.png and cost.png")
+    p.add_argument(
+        "--html",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write report.html: tables, charts, every query's trajectory (default: on)",
+    )
     return p.parse_args(argv)
 
 
@@ -685,9 +718,11 @@ def main(argv: list[str] | None = None) -> int:
     except (CompareError, FolderError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    write_comparison(comparison, out, plots=not args.no_plots)
+    write_comparison(comparison, out, plots=not args.no_plots, html=args.html)
     print(comparison_markdown(comparison))
     print(f"written to {out}")
+    if args.html:
+        print(f"HTML report (opens offline in a browser): {out / 'report.html'}")
     return 0
 
 

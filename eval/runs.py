@@ -21,7 +21,7 @@ and its ``"metrics"`` are the final stage's. Readers find the files to score thr
 
 The runner, `eval.compare`, `agents.trace` and `agents.sweep` all read and write through
 here (every write atomic and durable, see `eval.files`), which is why it sits below
-`agents` and imports nothing heavy.
+`agents` and imports nothing heavy; `RunQrels` finds the judgements of a run's tasks.
 """
 
 from __future__ import annotations
@@ -270,6 +270,67 @@ def per_query_text(per_query: Mapping[str, Mapping[str, float]]) -> str:
 def write_per_query(stage_dir: Path, per_query: Mapping[str, Mapping[str, float]]) -> None:
     """Write a stage's per-query metrics (e.g. ``Evaluation.per_query``)."""
     write_text(per_query_path(stage_dir), per_query_text(per_query))
+
+
+# ---- qrels of a run's dataset ---------------------------------------------------------------
+
+
+class QrelsError(ValueError):
+    """The qrels of a run's task cannot be had; the message is one line naming run and dataset."""
+
+
+class RunQrels:
+    """Relevance judgements of runs' tasks, ``{query id: {doc id: grade}}``, by the dataset
+    each run's config.json names (or ``spec`` for every run), loaded on first use and kept:
+    loading means reading whole datasets, corpus included, so it is done once per dataset.
+
+    `eval.compare` scores with these and `eval.html_report` marks documents relevant with
+    them, so that a mark and a score always come from the same judgements.
+    """
+
+    def __init__(self, spec: str | None = None, cache_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.cache_dir = cache_dir
+        self._loaded: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
+
+    def get(
+        self, run_dir: Path, task: str, config: Mapping[str, Any] | None = None
+    ) -> dict[str, dict[str, int]]:
+        """The qrels of ``task`` for the run in ``run_dir`` (``config``: its config.json, when
+        already read). QrelsError when the dataset is unnamed, cannot be loaded or lacks it."""
+        run_dir = Path(run_dir)
+        spec = self.spec
+        if spec is None:
+            if config is None:
+                try:
+                    config = read_config(run_dir)
+                except FileNotFoundError:
+                    raise QrelsError(f"{run_dir}: not a run folder (no config.json)") from None
+                except ValueError as e:
+                    raise QrelsError(str(e)) from None
+            spec = config.get("dataset")
+        if not spec or not isinstance(spec, str):
+            raise QrelsError(f"{run_dir}: config.json names no dataset")
+        if spec not in self._loaded:
+            # Imported here: eval.datasets is heavy and most readers of run folders never need it.
+            from eval.datasets import DataError, default_cache_dir, load_tasks
+
+            cache_dir = self.cache_dir if self.cache_dir is not None else default_cache_dir()
+            try:
+                self._loaded[spec] = {t.name: t.qrels for t in load_tasks(spec, cache_dir)}
+            except DataError as e:
+                raise QrelsError(f"{run_dir}: cannot load qrels of dataset {spec!r} ({e})") from e
+        if task not in self._loaded[spec]:
+            raise QrelsError(f"dataset {spec!r} has no task {task!r} (run {run_dir})")
+        return self._loaded[spec][task]
+
+
+def run_qrels(
+    run_dir: Path, task: str, cache_dir: Path | None = None, spec: str | None = None
+) -> dict[str, dict[str, int]]:
+    """The qrels of one task of a run, by its config's dataset (or ``spec``); see `RunQrels`,
+    which keeps loaded datasets for several lookups. QrelsError (one line) when unavailable."""
+    return RunQrels(spec, cache_dir).get(run_dir, task)
 
 
 # ---- reading JSON files ---------------------------------------------------------------------

@@ -51,6 +51,14 @@ EXPECTED: dict[str, list[str]] = {
         r"^  llm-listwise depth 20 +1\.0 +[\d,]+ +[\d,]+",  # one window of 20
         rf"^  ratio insertrank depth 20 / hyde prompt tokens: {NUM}",
     ],
+    # report.html timings need Debian's chromium; without it only the build rows are printed
+    "report_bench.py": [
+        rf"^  small \(1 x \d+ x 2\) +[\d,]+ +{NUM}(?: +(?:{NUM}|-)){{4}}$",
+        rf"^  large \(\d+ x \d+ x \d+\) +[\d,]+ +{NUM}(?: +(?:{NUM}|-)){{4}}$",
+        rf"^  ratio large / small: bytes {NUM}x, build {NUM}x$",
+        rf"^(  ratio large / small: ready {NUM}x, open trajectory {NUM}x|"
+        r"skipped browser timings: .+)$",
+    ],
     "embed_bench.py": [
         rf"^fp32: {NUM} docs/s",
         rf"^bf16/fp32 speed ratio: {NUM}",

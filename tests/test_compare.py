@@ -157,6 +157,9 @@ def test_cli_writes_tables_and_valid_pngs(runs, tmp_path, capsys):
     assert "| NDCG@10 | scifact | Avg |" in printed and "Queries that moved most" in printed
     for name in ("report.md", "leaderboard.md", "leaderboard.csv", "deltas.csv", "comparison.json"):
         assert (out / name).is_file()
+    assert f"HTML report (opens offline in a browser): {out / 'report.html'}" in printed
+    html = (out / "report.html").read_text(encoding="utf-8")  # tests/test_html_report.py: more
+    assert html.count('<tr data-run="') == 3 and '<section id="queries">' in html
     rows = (out / "leaderboard.csv").read_text().splitlines()
     assert rows[0] == "run,folder,scifact,Avg" and len(rows) == 4
     assert rows[1].endswith(
@@ -275,6 +278,21 @@ def test_a_task_is_compared_on_its_final_stage_and_costs_every_stage(runs, tmp_p
     (task / "metrics.json").write_text(json.dumps({**summary, "metrics": agent_metrics}))
     c = compare_runs([runs["bm25q"], staged])
     assert c.scores[_by_folder(c, "staged")][TASK] == _per_query(runs["bm25q"])
+
+
+def test_qrels_that_cannot_be_found_are_one_line_naming_the_run(runs, tmp_path):
+    bare = tmp_path / "bare"
+    shutil.copytree(runs["lucene"], bare)
+    (bare / TASK / "per_query.jsonl").unlink()  # so the scores need the qrels
+    config = json.loads((bare / "config.json").read_text())
+    del config["dataset"]
+    (bare / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CompareError, match=r"bare: config.json names no dataset; pass --qrels-f"):
+        compare_runs([runs["lucene"], bare])
+    config["dataset"] = str(tmp_path / "gone")
+    (bare / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CompareError, match=r"cannot load qrels of dataset .*gone.*--qrels-from"):
+        compare_runs([runs["lucene"], bare])
 
 
 def test_damaged_files_are_named_or_noted(runs, tmp_path):

@@ -22,6 +22,13 @@ def test_trace_prints_every_step_of_one_query(tmp_path: Path, toy_dir: Path, cap
     assert "Aspirin blocks platelet cyclooxygenase." in out
     assert "final ranking (top 10 of" in out
 
+    # the qrels of the run's dataset mark relevant documents (toy: q2's d3, grade 2)
+    assert "relevant (qrels): d3 [R2]" in out and "top docs: d3 [R2] (" in out
+    assert "relevant 1 of" in out.split("final ranking")[1]
+    assert trace_main([str(run_dir), "q2", "--no-qrels"]) == 0
+    unmarked = capsys.readouterr().out
+    assert "[R2]" not in unmarked and "top docs: d3 (" in unmarked
+
     assert trace_main([str(run_dir), "nope"]) == 2
     assert "query 'nope' is in no queries.jsonl" in capsys.readouterr().err
 
@@ -49,7 +56,8 @@ def test_trace_follows_the_stages_to_the_final_ranking(tmp_path: Path, capsys):
     summary.write_text(json.dumps({"metrics": {}, "final_stage": "rerank-1-llm"}))
 
     assert trace_main([str(run_dir), "q1"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "note: relevant documents not marked" in err and "names no dataset" in err
     assert out.index("note: first pass") < out.index("stage rerank-1-llm: 0.25 s")
     assert out.index("stage rerank-1-llm") < out.index("note: statins first")
     assert "final ranking (top 10 of 2): d4 (9.000), d1 (3.000)" in out
