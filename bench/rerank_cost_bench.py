@@ -43,9 +43,7 @@ class Counter:
         from llama_cpp import Llama
 
         self.name = model
-        self.tokenizer = Llama(
-            model_path=str(model_file(model)), vocab_only=True, verbose=False
-        )
+        self.tokenizer = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
         self.n_ctx = LOCAL_MODELS[model].n_ctx
         self.default_system = LOCAL_MODELS[model].default_system
         self.tokens: list[int] = []
@@ -103,8 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         }
         stages = {
             (kind, depth): measure(
-                counter, {**base, "agent": "none", "rerank": [f"{kind},depth={depth}"]},
-                work, f"{kind}-{depth}",
+                counter,
+                {**base, "agent": "none", "rerank": [f"{kind},depth={depth}"]},
+                work,
+                f"{kind}-{depth}",
             )  # fmt: skip
             for kind in KINDS
             for depth in depths

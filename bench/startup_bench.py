@@ -60,7 +60,11 @@ def main() -> int:
             "agents.run --agent none (demo, new run folder)": fresh_run,
             "agents.run --agent none (demo, resumed)": none_run,
             "agents.trace (a query of that run)": [
-                py, "-m", "agents.trace", str(runs_dir / "startup"), "q01",
+                py,
+                "-m",
+                "agents.trace",
+                str(runs_dir / "startup"),
+                "q01",
             ],  # fmt: skip
             "eval.compare --help": [py, "-m", "eval.compare", "--help"],
             "eval.score --help": [py, "-m", "eval.score", "--help"],
