@@ -258,7 +258,7 @@ def test_a_run_judges_each_passage_and_the_trace_shows_every_judgement(tmp_path,
     assert trace_main([str(run_dir), "q1"]) == 0
     shown = capsys.readouterr().out
     assert "stage rerank-1-llm-pointwise" in shown
-    assert "document d2 (was rank" in shown and "score 0.9 from logprobs" in shown
+    assert "document d2 [R1] (was rank" in shown and "score 0.9 from logprobs" in shown
 
     calls = provider.calls
     assert cli("b") == 0  # same cache: no call
