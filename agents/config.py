@@ -144,16 +144,29 @@ class RunConfig:
     # a finished run whose saved first-stage lists (and any leading stages this run shares with
     # it) are reused instead of computed: `python -m agents.rerank RUN_FOLDER`
     source_run: str | None = None
+    # where a generate-then-retrieve agent's texts come from instead of an LLM
+    # (agents.generations): r2med:<llm>[@<folder>], a .jsonl file or a run folder
+    generations: str | None = None
+    # recorded: task folder -> sha256 of the generation file read for it
+    generation_sha256: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
             raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
         spec = AGENTS[self.agent]
         object.__setattr__(self, "options", typed_options(spec, self.options, "option"))
+        if self.generations is not None:
+            from agents.generations import parse_source
+
+            try:
+                parse_source(self.generations, self.agent)
+            except ValueError as e:
+                raise ConfigError(f"generations {self.generations!r}: {e}") from None
+        object.__setattr__(self, "generation_sha256", dict(self.generation_sha256))
         check_field(self, "limit", "", optional(positive_int), ConfigError)
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
         object.__setattr__(self, "rerank", stages)
-        needs_llm = spec.uses_llm or any(STAGES[s.kind].uses_llm for s in stages)
+        needs_llm = self.agent_calls_llm or any(STAGES[s.kind].uses_llm for s in stages)
         if not needs_llm:
             object.__setattr__(self, "llm", None)  # so --model cannot tell such runs apart
         elif self.llm is None:
@@ -179,10 +192,15 @@ class RunConfig:
     def uses_llm(self) -> bool:
         return self.llm is not None
 
+    @property
+    def agent_calls_llm(self) -> bool:
+        """Whether the first stage calls a model: not when its texts come from a source."""
+        return AGENTS[self.agent].uses_llm and self.generations is None
+
     def llm_targets(self) -> list[tuple[str, str | None]]:
         """Every (model, api_base) the run calls: the agent's, then each LLM stage's."""
         targets = []
-        if self.llm is not None and AGENTS[self.agent].uses_llm:
+        if self.llm is not None and self.agent_calls_llm:
             targets.append((self.llm.model, self.llm.api_base))
         targets += [self.stage_llm(s) for s in self.rerank if STAGES[s.kind].uses_llm]
         return list(dict.fromkeys(targets))
@@ -429,6 +447,13 @@ SETTINGS: dict[str, Setting] = {
         "R2MED's BM25 script does",
     ),
     "limit": Setting("limit", "only the first N queries per task", positive_int),
+    "generations": Setting(
+        "generations",
+        "hyde, query2doc, lamer: read each query's text instead of calling a model: "
+        "r2med:<llm> (R2MED's released generations), r2med:<llm>@<folder> (the same layout "
+        "on disk), a .jsonl file of id/hy_doc, or a run folder of ours (also for reason)",
+        metavar="SOURCE",
+    ),
     "prompt": Setting(
         "prompt_files",
         "use PATH for prompt NAME (hyde/exam=my.txt, or hyde=my.txt for every kind)",

@@ -228,7 +228,6 @@ def _task_estimate(
     queries = _limited(task, config.limit)
     bounds = _Bounds(task, config, book, counters)
     stages: list[StageEstimate] = []
-    spec = AGENTS[config.agent]
     # the first stage's list length per query: from the agent's records where there are some
     lengths = {q: min(config.eval.depth, len(task.corpus)) for q in queries}
 
@@ -237,7 +236,7 @@ def _task_estimate(
     lengths.update({q: len(r.get("ranking") or ()) for q, r in records.items()})
     if config.source_run:
         pass  # the agent's lists are copied: no call
-    elif spec.uses_llm:
+    elif config.agent_calls_llm:  # not a replay of generations (--generations)
         assert config.llm is not None
         agent.model = config.llm.model
         if records:

@@ -33,6 +33,8 @@ from agents.config import (
     from_dict,
     to_dict,
 )
+from agents.generations import Generations
+from agents.generations import describe as describe_generations
 from agents.graphs.context import AgentContext
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext, StageGraph
@@ -120,6 +122,12 @@ async def arun(
     books = {t.name: PromptBook(overrides, t.name) for t in tasks}
     prompts = record_prompts(spec, config, tasks, books, source)
     config = dataclasses.replace(config, prompts=prompts)
+    generations = {}
+    if config.generations and source is None:  # a rerank reads the source's lists instead
+        generations = read_generations(config, tasks, folders, cache_dir)
+        config = dataclasses.replace(
+            config, generation_sha256={f: g.sha256 for f, g in generations.items()}
+        )
     # last, so that a refused input leaves no runs folder behind
     runs_dir = writable_folder(config.runs_dir, "--runs-dir")
     run_dir = runs_dir / (config.run_name or default_run_name(config))
@@ -141,6 +149,7 @@ async def arun(
                 task, config, spec, llms, run_dir / folder, cache_dir, books[task.name],
                 fingerprint, progress,
                 source=(source, Path(config.source_run) / folder) if source else None,
+                generations=generations.get(folder),
             )  # fmt: skip
             results[folder] = result
             if on_task is not None:
@@ -181,7 +190,8 @@ def record_prompts(
             (n, h) for n, h in source.prompts.items() if n.split("/")[0] not in stage_families
         )
     for task in tasks:
-        if source is None:  # a rerank of a finished run sends no agent prompt
+        # a rerank of a finished run sends no agent prompt, nor does a replay of generations
+        if source is None and not config.generations:
             ctx = AgentContext(
                 retriever=None, first_stage=None, corpus={}, task=task.name,
                 prompts=books[task.name], options=config.options,
@@ -192,6 +202,25 @@ def record_prompts(
                 STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
         used.update(books[task.name].used)
     return dict(sorted(used.items()))
+
+
+def read_generations(
+    config: RunConfig, tasks: list[Task], folders: list[str], cache_dir: Path
+) -> dict[str, Generations]:
+    """Each task's generated texts from the run's source, by task folder; the queries a source
+    has no text for are reported now, before any query runs (one line per task)."""
+    from agents.generations import load_generations, missing_line, parse_source
+
+    assert config.generations is not None
+    spec = parse_source(config.generations, config.agent)
+    out = {}
+    for task, folder in zip(tasks, folders, strict=True):
+        gens = load_generations(spec, config.agent, task.name, folder, cache_dir)
+        line = missing_line(gens, folder, list(_limited(task, config.limit)))
+        if line:
+            log.warning("%s", line)
+        out[folder] = gens
+    return out
 
 
 def _llms(config: RunConfig, cache_dir: Path) -> dict[tuple[str, str | None], Any]:
@@ -332,7 +361,10 @@ def check_task_data(out: Path, task: Task, fingerprint: dict[str, str]) -> None:
         )
 
 
-FIRST_STAGE_FIELDS = ("agent", "dataset", "options", "retriever", "limit", "eval")
+FIRST_STAGE_FIELDS = (
+    "agent", "dataset", "options", "retriever", "limit", "eval", "generations",
+    "generation_sha256",
+)  # fmt: skip
 
 
 def read_source_run(config: RunConfig) -> RunConfig:
@@ -345,7 +377,7 @@ def read_source_run(config: RunConfig) -> RunConfig:
     except (ValueError, TypeError) as e:
         raise RunError(f"{path / runs.CONFIG_FILE}: {e}") from None
     differ = [f for f in FIRST_STAGE_FIELDS if getattr(source, f) != getattr(config, f)]
-    if source.llm is not None and AGENTS[source.agent].uses_llm:
+    if source.llm is not None and source.agent_calls_llm:
         mine = dataclasses.replace(
             config.llm,
             **{k: getattr(source.llm, k) for k in ("cache", "concurrency", "rate_limit")},
@@ -403,6 +435,7 @@ async def run_task(
     fingerprint: dict[str, str],
     progress: bool = True,
     source: tuple[RunConfig, Path] | None = None,
+    generations: Generations | None = None,
 ) -> TaskResult:
     """Answer, rank and score one task into `out`; a finished task is read back, not redone.
 
@@ -447,6 +480,7 @@ async def run_task(
             depth=config.eval.depth,
             prompts=prompts,
             options=config.options,
+            generations=generations,
         )
         records = await run_queries(
             spec.build_graph(ctx),
@@ -504,6 +538,8 @@ async def run_task(
         "stages": stages,
         "final_stage": stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
     }
+    if generations is not None:
+        summary["generations"] = describe_generations(generations, list(queries))
     if source is not None:
         summary["source_run"] = str(source[1])
         if "bm25_baseline" in source_summary and source_summary.get("data") == fingerprint:

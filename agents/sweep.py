@@ -257,7 +257,8 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
         families = {
             p.split("/")[0] for p in (*spec.prompts, *(p for s in stages for p in s.prompts))
         }
-        uses_llm = spec.uses_llm or any(s.uses_llm for s in stages)
+        replay = bool(shared.get("generations"))  # the agent reads its texts, calls no model
+        uses_llm = (spec.uses_llm and not replay) or any(s.uses_llm for s in stages)
         for model in sweep.models if uses_llm else [None]:
             for variant, overrides in sweep.prompts.items():
                 used = {k: v for k, v in overrides.items() if k.split("/")[0] in families}

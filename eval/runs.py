@@ -375,7 +375,8 @@ def prompt_version(prompts: Mapping[str, str]) -> str:
 
 
 def run_label(config: Mapping[str, Any]) -> str:
-    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e".
+    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e";
+    a run replaying released generations names its source instead: "hyde bm25q r2med:o3-mini".
 
     Runs without an LLM have no model or prompt part ("none lucene"); each rerank stage adds
     "rerank:<kind>". Used where runs are shown side by side (`eval.compare`);
@@ -423,12 +424,29 @@ def run_folder_name(
 
 
 def _name_parts(config: Mapping[str, Any]) -> list[str]:
-    """agent, retriever (BM25 by its method, which is what tells BM25 runs apart), model."""
+    """agent, retriever (BM25 by its method, which is what tells BM25 runs apart), model, and
+    the generation source of a replayed run (``--generations``), which stands for the model."""
     parts = [str(config.get("agent", "?")), _retriever_name(config)]
     model = _setting(config, "model", "llm.model")
     if model:
         parts.append(str(model).split("/")[-1])
+    if config.get("generations"):
+        parts.append(generations_label(str(config["generations"])))
     return parts
+
+
+def generations_label(spec: str) -> str:
+    """How runs name a generation source: ``r2med:o3-mini``, ``r2med:o3-mini@<folder name>``,
+    ``file:<file stem>`` or ``run:<run folder name>`` (see `agents.generations`)."""
+    spec = spec.strip()
+    if spec.lower().startswith("r2med:"):
+        llm, at, folder = spec[len("r2med:") :].partition("@")
+        name = Path(folder.strip()).expanduser().name if at else ""
+        return f"r2med:{llm.strip()}" + (f"@{name}" if name else "")
+    path = Path(spec).expanduser()
+    if path.suffix == ".jsonl":
+        return f"file:{path.stem}"
+    return f"run:{path.resolve().name or path}"
 
 
 def _retriever_name(config: Mapping[str, Any]) -> str:

@@ -18,6 +18,7 @@ from prompts import PromptBook
 from retrievers.base import Retriever, SearchRequest
 
 if TYPE_CHECKING:  # the client imports litellm: only a run that calls a model pays for it
+    from agents.generations import Generations
     from agents.llm import LLM
 
 THINK_END = "</think>"
@@ -40,6 +41,8 @@ class AgentContext:
     depth: int = 100
     prompts: PromptBook = field(default_factory=PromptBook)
     options: Mapping[str, Any] = field(default_factory=dict)
+    # a generate-then-retrieve agent's texts when they are read, not generated (--generations)
+    generations: Generations | None = None
 
 
 def _merge(old: dict, new: dict) -> dict:

@@ -7,6 +7,12 @@ passage. LameR's prompt also shows the BM25 top-10, each cut to 512 words. ``rea
 BRIGHT's reasoning rewrite: the LLM's whole text replaces the query. For reasoning models only
 the text after ``</think>`` is used.
 
+With a generation source (``ctx.generations``, `agents.generations`) ``generate`` reads each
+query's text instead of calling a model, and no prompt is loaded; a query the source has no
+text for is searched with the raw query, and its trace says so. LameR then skips its first
+pass: the BM25 top-10 only feeds the prompt, which is not sent, and a top-10 of ours beside a
+text written from R2MED's would suggest a link that is not there.
+
 Graph: START -> [first_pass] -> generate -> retrieve -> END.
 """
 
@@ -73,6 +79,8 @@ SPECS: dict[str, GenerateSpec] = {
 
 
 def build_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
+    if ctx.generations is not None:
+        return _replay_graph(spec, ctx)
     from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
 
     prompt = ctx.prompts.get(spec.prompt)
@@ -99,28 +107,65 @@ def build_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
         step["prompt"] = {"name": prompt.name, "sha256": prompt.sha256}
         return {"steps": [step], "generated": {"passage": answer_text(text)}}
 
-    async def retrieve(state: AgentState) -> dict:
-        passage = state["generated"]["passage"]
-        note = {}
-        if not passage:
-            # An empty generation would make BM25 search for nothing; the query is the honest
-            # fallback, and the trace says so.
-            passage = state["query"]
-            note = {"note": "empty generation; searched with the query instead"}
-        ranking, step = search_step(
-            ctx.retriever, "retrieve", spec.request(state["query"], passage), ctx.depth
-        )
-        return {"steps": [step | note], "ranking": ranking}
-
     graph = StateGraph(AgentState)
     graph.add_node("generate", generate)
-    graph.add_node("retrieve", retrieve)
+    graph.add_node("retrieve", _retrieve(spec, ctx))
     if spec.reads_docs:
         graph.add_node("first_pass", first_pass)
         graph.add_edge(START, "first_pass")
         graph.add_edge("first_pass", "generate")
     else:
         graph.add_edge(START, "generate")
+    graph.add_edge("generate", "retrieve")
+    graph.add_edge("retrieve", END)
+    return graph.compile()
+
+
+def _retrieve(spec: GenerateSpec, ctx: AgentContext) -> Callable:
+    async def retrieve(state: AgentState) -> dict:
+        query = state["query"]
+        note: dict[str, str] = {}
+        if "passage" not in state["generated"]:  # a replayed source without this query
+            request = SearchRequest(query=query)
+            if ctx.generations is not None:
+                label = ctx.generations.label
+                note = {"note": f"no generation in {label}; searched with the raw query"}
+        elif not state["generated"]["passage"]:
+            # An empty generation would make BM25 search for nothing; the query is the honest
+            # fallback, and the trace says so.
+            request = spec.request(query, query)
+            note = {"note": "empty generation; searched with the query instead"}
+        else:
+            request = spec.request(query, state["generated"]["passage"])
+        ranking, step = search_step(ctx.retriever, "retrieve", request, ctx.depth)
+        return {"steps": [step | note], "ranking": ranking}
+
+    return retrieve
+
+
+def _replay_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
+    """generate -> retrieve with each text read from ``ctx.generations``: no LLM, no prompt."""
+    from langgraph.graph import END, START, StateGraph
+
+    from agents.generations import stripped
+
+    source = ctx.generations
+    assert source is not None
+
+    async def generate(state: AgentState) -> dict:
+        text = source.texts.get(state["query_id"])
+        step: dict[str, Any] = {"node": "generate", "source": source.label}
+        if text is None:
+            note = f"no generation in {source.label}; searched with the raw query"
+            return {"steps": [step | {"output": None, "note": note}], "generated": {}}
+        passage, cut = stripped(text)
+        step |= {"output": text, "stripped_think": cut}
+        return {"steps": [step], "generated": {"passage": passage}}
+
+    graph = StateGraph(AgentState)
+    graph.add_node("generate", generate)
+    graph.add_node("retrieve", _retrieve(spec, ctx))
+    graph.add_edge(START, "generate")
     graph.add_edge("generate", "retrieve")
     graph.add_edge("retrieve", END)
     return graph.compile()

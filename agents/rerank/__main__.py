@@ -32,7 +32,7 @@ from agents.config import (
     stages_with,
 )
 from agents.llm.errors import LLMAuthError
-from agents.registry import AGENTS, STAGES
+from agents.registry import STAGES
 from eval.datasets import DataError
 from eval.files import describe_os_error
 from eval.runs import read_config
@@ -78,7 +78,7 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
     wide = {STAGE_WIDE[k]: v for k, v in settings.items() if k in STAGE_WIDE}
     stages = stages_with(settings["rerank"], wide)
     llm_given = {k: settings[k] for k in LLM_FLAGS if k in settings}
-    if source.llm is not None and AGENTS[source.agent].uses_llm:
+    if source.llm is not None and source.agent_calls_llm:
         for key in WHAT_THE_SOURCE_DECIDES:
             if key in llm_given and llm_given[key] != getattr(source.llm, key):
                 raise ConfigError(

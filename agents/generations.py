@@ -1,0 +1,246 @@
+"""Where generated texts come from when no model writes them (``--generations``).
+
+A generate-then-retrieve agent (``hyde``, ``query2doc``, ``lamer``, ``reason``) normally asks an
+LLM for one text per query. With a generation source it reads that text instead, and everything
+after generation (the combination rule of each retriever, ``</think>`` stripping, ranking,
+evaluation) is unchanged. Sources, parsed and checked once with the config:
+
+* ``r2med:<llm>``: R2MED's released generations on the Hugging Face hub, repo ``R2MED/<Task>``,
+  file ``<method>/<llm>/query_with_hydoc.jsonl`` (method = the agent: hyde, query2doc, lamer);
+* ``r2med:<llm>@<folder>``: the same files in a local folder, ``<folder>/<Task>/<method>/<llm>/
+  query_with_hydoc.jsonl`` (or ``<folder>/<method>/<llm>/...`` for a single-task folder);
+* ``<file>.jsonl``: one file of ``{"id", "hy_doc"}`` lines, used for every task;
+* ``<run folder>``: a run of ours by a generate-then-retrieve agent; each task's
+  ``queries.jsonl`` gives ``generated["passage"]`` per query.
+
+Leak guard: R2MED's files also carry ``doc_id`` (the gold documents) and ``answer``. Each line
+is parsed and only ``id -> hy_doc`` is kept; nothing else of a file outlives its parsing, so
+nothing but the generated text can reach an agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eval import runs
+from eval.datasets import (
+    R2MED_REVISIONS,
+    DataError,
+    _as_id,
+    _as_text,
+    _get,
+    _jsonl,
+    r2med_task_name,
+)
+from eval.runs import generations_label
+
+R2MED_PREFIX = "r2med:"
+R2MED_METHODS = ("hyde", "query2doc", "lamer")  # the methods R2MED released generations for
+GENERATE_AGENTS = ("hyde", "query2doc", "lamer", "reason")  # agents that can replay a source
+R2MED_FILE = "query_with_hydoc.jsonl"
+OFFLINE_HINT = "set HF_HUB_OFFLINE=1 to fail at once instead of retrying"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A parsed ``--generations`` value."""
+
+    kind: str  # "r2med" (hub), "r2med-folder", "file" or "run"
+    text: str  # as given
+    llm: str = ""  # r2med kinds: the generating model's name in R2MED's layout
+    path: Path | None = None  # r2med-folder, file, run
+
+    @property
+    def label(self) -> str:
+        return generations_label(self.text)
+
+
+@dataclass(frozen=True)
+class Generations:
+    """One task's generated texts: query id -> the text as written (``<think>`` part kept)."""
+
+    label: str  # how runs name the source ("r2med:o3-mini")
+    path: Path  # the file read
+    sha256: str  # of that file's bytes: binds the run folder
+    texts: dict[str, str]
+
+
+def parse_source(text: str, agent: str) -> SourceSpec:
+    """``text`` as a source for ``agent``; ValueError (one line, no prefix) when unusable."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(
+            "expected r2med:<llm>, r2med:<llm>@<folder>, a .jsonl file or a run folder"
+        )
+    text = text.strip()
+    if agent not in GENERATE_AGENTS:
+        raise ValueError(
+            f"agent {agent!r} generates no single text per query; a generation source is for "
+            f"{', '.join(GENERATE_AGENTS)}"
+        )
+    if text.lower().startswith(R2MED_PREFIX):
+        llm, at, folder = text[len(R2MED_PREFIX) :].partition("@")
+        llm = llm.strip()
+        if not llm or "/" in llm or "\\" in llm or llm in (".", ".."):
+            raise ValueError("expected r2med:<llm> with <llm> one folder name (e.g. o3-mini)")
+        if agent not in R2MED_METHODS:
+            raise ValueError(
+                f"R2MED released generations for {', '.join(R2MED_METHODS)}, not {agent!r}; "
+                "give a .jsonl file or a run folder instead"
+            )
+        if at:
+            if not folder.strip():
+                raise ValueError("expected r2med:<llm>@<folder>, got no folder")
+            return SourceSpec("r2med-folder", text, llm, Path(folder.strip()).expanduser())
+        return SourceSpec("r2med", text, llm)
+    path = Path(text).expanduser()
+    return SourceSpec("file" if path.suffix == ".jsonl" else "run", text, path=path)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def read_generation_file(path: Path, label: str) -> Generations:
+    """``id -> hy_doc`` of a JSONL file, and the file's sha256; nothing else is kept."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (generations {label})")
+    texts: dict[str, str] = {}
+    for where, obj in _jsonl(path):
+        query_id = _as_id(_get(obj, "id", where), "id", where)
+        texts[query_id] = _as_text(_get(obj, "hy_doc", where), "hy_doc", where)
+    return Generations(label, path, _sha256(path), texts)
+
+
+def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
+    """The passages a run of ours generated for one task folder."""
+    path = runs.records_path(run_dir / folder)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (the source run has no finished task {folder!r})")
+    texts = {}
+    for query_id, record in runs.read_records(path, fields=("generated", "error")).items():
+        passage = (record.get("generated") or {}).get("passage")
+        if not record.get("error") and isinstance(passage, str):
+            texts[query_id] = passage
+    return Generations(label, path, _sha256(path), texts)
+
+
+def check_run_source(run_dir: Path) -> None:
+    """Refuse a folder that is not a run of a generate-then-retrieve agent."""
+    try:
+        config = runs.read_config(run_dir)
+    except FileNotFoundError:
+        raise DataError(
+            f"{run_dir}: neither a .jsonl file nor a run folder (no {runs.CONFIG_FILE}); for "
+            "R2MED's layout give r2med:<llm>@<folder>"
+        ) from None
+    agent = config.get("agent")
+    if agent not in GENERATE_AGENTS:
+        raise DataError(
+            f"{run_dir / runs.CONFIG_FILE}: agent {agent!r} generates no passage to replay "
+            f"(a source run must be one of {', '.join(GENERATE_AGENTS)})"
+        )
+
+
+def load_generations(
+    spec: SourceSpec, method: str, task: str, folder: str, cache_dir: Path
+) -> Generations:
+    """One task's generations from ``spec``: ``task`` is its name, ``folder`` its run folder."""
+    if spec.kind == "file":
+        assert spec.path is not None
+        return read_generation_file(spec.path, spec.label)
+    if spec.kind == "run":
+        assert spec.path is not None
+        check_run_source(spec.path)
+        return read_run_generations(spec.path, folder, spec.label)
+    if spec.kind == "r2med-folder":
+        assert spec.path is not None
+        return read_generation_file(local_r2med_file(spec.path, task, method, spec.llm), spec.label)
+    return read_generation_file(
+        fetch_r2med_generations(task, method, spec.llm, cache_dir), spec.label
+    )
+
+
+def local_r2med_file(folder: Path, task: str, method: str, llm: str) -> Path:
+    """``<folder>/<Task>/<method>/<llm>/query_with_hydoc.jsonl``, else the single-task form."""
+    if not folder.is_dir():
+        raise DataError(f"{folder}: not a folder (generations r2med:{llm}@<folder>)")
+    name = r2med_task_name(task) or task
+    inner = Path(method, llm, R2MED_FILE)
+    for candidate in (folder / name / inner, folder / inner):
+        if candidate.is_file():
+            return candidate
+    raise DataError(
+        f"{folder}: no {name}/{inner.as_posix()} (or {inner.as_posix()} for a single-task folder)"
+    )
+
+
+def fetch_r2med_generations(task: str, method: str, llm: str, cache_dir: Path) -> Path:
+    """R2MED's released generation file for one task, from the hub cache or the hub."""
+    canonical = r2med_task_name(task)
+    filename = f"{method}/{llm}/{R2MED_FILE}"
+    if canonical is None:
+        raise DataError(
+            f"task {task!r} is not an R2MED task, so R2MED released no generations for it; give "
+            f"r2med:{llm}@<folder> with {task}/{filename} in it"
+        )
+    from huggingface_hub import hf_hub_download  # here: only a hub source pays for it
+
+    repo_id = f"R2MED/{canonical}"
+    # The task data's pinned revision first, then main: the generation files may have been
+    # added to the repos after the commits mteb pins, and which commit holds them is not known
+    # here. What binds a run is the sha256 of the file actually read, not the revision.
+    revisions = (R2MED_REVISIONS[canonical], "main")
+    last: Exception | None = None
+    for local_only in (True, False):  # offline first: a cached file costs no request
+        for revision in revisions:
+            try:
+                return Path(
+                    hf_hub_download(
+                        repo_id, filename, repo_type="dataset", revision=revision,
+                        cache_dir=Path(cache_dir) / "hf", local_files_only=local_only,
+                    )
+                )  # fmt: skip
+            except Exception as err:  # not cached, offline, missing file: try the next
+                last = err
+    raise DataError(
+        f"cannot download {repo_id} {filename} ({type(last).__name__}; offline?): put the file "
+        f"at <folder>/{canonical}/{filename} and pass --generations r2med:{llm}@<folder> "
+        f"({OFFLINE_HINT})"
+    )
+
+
+def stripped(text: str) -> tuple[str, bool]:
+    """The text retrieval uses (after a reasoning model's ``</think>``, as the live agents
+    use it) and whether a think part was cut."""
+    from agents.graphs.context import THINK_END, answer_text
+
+    return answer_text(text), THINK_END in text
+
+
+def missing_line(gens: Generations, task: str, query_ids: list[str], examples: int = 5) -> str:
+    """One line on the queries ``gens`` has no text for, or "" when it has them all."""
+    missing = [q for q in query_ids if q not in gens.texts]
+    if not missing:
+        return ""
+    shown = ", ".join(missing[:examples]) + (", ..." if len(missing) > examples else "")
+    return (
+        f"{task}: {len(missing)} of {len(query_ids)} queries have no generation in "
+        f"{gens.label} ({shown}); they are searched with the raw query"
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe(gens: Generations, query_ids: list[str]) -> dict[str, Any]:
+    """What a task's summary records of its source."""
+    missing = [q for q in query_ids if q not in gens.texts]
+    return {"source": gens.label, "file": str(gens.path), "sha256": gens.sha256,
+            "missing": len(missing), "missing_ids": missing}  # fmt: skip
