@@ -97,6 +97,10 @@ def format_step(
             for d, s in zip(step["doc_ids"][:10], step["scores"][:10], strict=False)
         )
         lines.append(f"  top docs: {top or '(none)'}{_found(step['doc_ids'][:10], grades)}")
+    if "source" in step and "messages" not in step:  # a text replayed from --generations
+        stripped = ", <think> part stripped" if step.get("stripped_think") else ""
+        lines.append(f"  replayed from {step['source']}{stripped}:")
+        lines.append(_block(step.get("output") or "", limit))
     if step.get("node") == "tool":  # one tool call the agent ran, and what went back
         lines[0] += f"  {step['tool']}({step['arguments']})"[: WIDTH * 3]
         lines.append("  error:" if step.get("error") else "  result:")

@@ -136,7 +136,7 @@ def test_replay_applies_each_agents_combination_rule(toy, no_llm, agent, retriev
         assert top == {"q1": "d3", "q2": "d4", "q3": "d5"}
 
 
-def test_reasoning_models_think_part_is_stripped(toy, no_llm):
+def test_reasoning_models_think_part_is_stripped(toy, no_llm, capsys):
     think = "<think>\nMetformin? statins cholesterol reductase.\n</think>\n\n"
     hub_layout(toy["gens"], "hyde", gen_rows({q: think + t for q, t in HY_DOCS.items()}))
     assert run(toy, "hyde", "--generations", f"r2med:{LLM}@{toy['gens']}") == 0
@@ -147,6 +147,12 @@ def test_reasoning_models_think_part_is_stripped(toy, no_llm):
     assert step(record, "retrieve")["request"]["sparse_text"] == HY_DOCS["q3"]
     assert record["ranking"][0][0] == "d5"  # the think part's "statins cholesterol" is not searched
     assert no_llm.calls == 0
+    from agents.trace import main as trace_main
+
+    assert trace_main([str(toy["runs"] / "run"), "q3", "--no-qrels"]) == 0
+    shown = capsys.readouterr().out
+    assert f"replayed from r2med:{LLM}@" in shown and "<think> part stripped" in shown
+    assert "Warfarin antagonises" in shown
 
 
 def test_a_query_without_a_generation_is_searched_raw_and_reported(toy, no_llm, caplog):
