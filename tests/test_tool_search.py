@@ -12,8 +12,9 @@ import pytest
 from agents.llm import scripted
 from agents.llm.scripted import Reply
 from agents.llm.tool_text import parse_tool_calls, text_messages
-from agents.run import main
 from agents.trace import main as trace_main
+from tests.test_search_agents import nodes, records
+from tests.test_search_agents import run as run_agent
 
 
 @pytest.fixture
@@ -21,21 +22,8 @@ def toy(tmp_path: Path, toy_dir: Path) -> dict:
     return {"data": toy_dir, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
 
 
-def run(toy: dict, *extra: str, name: str = "run", model: str = "scripted/test") -> int:
-    return main([
-        "--agent", "tool-search", "--dataset", str(toy["data"]), "--model", model,
-        "--runs-dir", str(toy["runs"]), "--cache-dir", str(toy["cache"]),
-        "--run-name", name, "--quiet", "--concurrency", "1", *extra,
-    ])  # fmt: skip
-
-
-def records(toy: dict, name: str = "run") -> dict[str, dict]:
-    lines = (toy["runs"] / name / "toy" / "queries.jsonl").read_text().splitlines()
-    return {r["query_id"]: r for r in map(json.loads, lines)}
-
-
-def nodes(record: dict) -> list[str]:
-    return [s["node"] for s in record["steps"]]
+def run(toy: dict, *extra: str, name: str = "run") -> int:
+    return run_agent(toy, "tool-search", *extra, name=name)
 
 
 def turn(messages: list[dict]) -> int:
