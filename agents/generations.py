@@ -26,15 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from eval import runs
-from eval.datasets import (
-    R2MED_REVISIONS,
-    DataError,
-    _as_id,
-    _as_text,
-    _get,
-    _jsonl,
-    r2med_task_name,
-)
+from eval.datasets import R2MED_REVISIONS, DataError, r2med_task_name, read_id_texts
 from eval.runs import generations_label
 
 R2MED_PREFIX = "r2med:"
@@ -106,10 +98,7 @@ def read_generation_file(path: Path, label: str) -> Generations:
     """``id -> hy_doc`` of a JSONL file, and the file's sha256; nothing else is kept."""
     if not path.is_file():
         raise DataError(f"{path}: no such file (generations {label})")
-    texts: dict[str, str] = {}
-    for where, obj in _jsonl(path):
-        query_id = _as_id(_get(obj, "id", where), "id", where)
-        texts[query_id] = _as_text(_get(obj, "hy_doc", where), "hy_doc", where)
+    texts = read_id_texts(path, "id", "hy_doc")
     return Generations(label, path, _sha256(path), texts)
 
 

@@ -219,6 +219,16 @@ def _jsonl(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         yield where, obj
 
 
+def read_id_texts(path: Path, id_key: str, text_key: str) -> dict[str, str]:
+    """``id_key -> text_key`` of every line of a JSONL file, checked as task files are (one
+    DataError naming file, line and field); no other field is kept."""
+    out = {}
+    for where, obj in _jsonl(path):
+        text = _as_text(_get(obj, text_key, where), text_key, where)
+        out[_as_id(_get(obj, id_key, where), id_key, where)] = text
+    return out
+
+
 def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     try:
         return obj[key]
