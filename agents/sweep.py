@@ -254,10 +254,11 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
     for dataset, agent, retriever, chain in grid:
         spec = AGENTS[agent]
         stages = [STAGES[stage_kind(text)] for text in chain]
-        families = {
-            p.split("/")[0] for p in (*spec.prompts, *(p for s in stages for p in s.prompts))
-        }
         replay = bool(shared.get("generations"))  # the agent reads its texts, calls no model
+        agent_prompts = () if replay else spec.prompts  # a replay sends no prompt of its own
+        families = {
+            p.split("/")[0] for p in (*agent_prompts, *(p for s in stages for p in s.prompts))
+        }
         uses_llm = (spec.uses_llm and not replay) or any(s.uses_llm for s in stages)
         for model in sweep.models if uses_llm else [None]:
             for variant, overrides in sweep.prompts.items():

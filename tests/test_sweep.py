@@ -106,3 +106,27 @@ def test_bad_top_level_values_are_named(tmp_path, toy_dir, capsys):
         assert main([str(config)]) == 2
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and f"key '{key}'" in err and str(config) in err, err
+
+
+def test_a_sweep_replays_generations_without_calling_a_model(tmp_path, toy_dir):
+    """`generations` as a sweep option: every cell reads the file; no model is called."""
+    provider = scripted.install(lambda messages, params: AssertionError("an LLM was called"))
+    generations = tmp_path / "gens.jsonl"
+    generations.write_text(
+        "".join(json.dumps({"id": q, "hy_doc": PASSAGE}) + "\n" for q in ("q1", "q2", "q3"))
+    )
+    config = write_config(tmp_path, toy_dir, f'generations = "{generations}"')
+    config.write_text(
+        config.read_text().replace('agents = ["hyde", "query2doc"]', 'agents = ["hyde"]')
+    )
+    grid, notes = cells(load_sweep(config))
+    # a replay reads no prompt: the "shorter" prompt variant is the same run as "base"
+    assert [c.name for c in grid] == ["hyde-bm25q-file_gens-toy"] and len(notes) == 0
+    assert main([str(config)]) == 0
+    assert provider.calls == 0
+    runs = tmp_path / "out" / "runs"
+    (run,) = [p for p in runs.iterdir() if p.is_dir()]
+    recorded = json.loads((run / "config.json").read_text())
+    assert recorded["generations"] == str(generations)
+    assert recorded["generation_sha256"] and "file:gens" in run.name.replace("_", ":")
+    assert (tmp_path / "out" / "comparison" / "report.html").is_file()
