@@ -19,12 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eval.files import write_text
-from eval.runs import QrelsError, records_path, stage_chain
+from eval.runs import QrelsError, iter_records, records_path, stage_chain
 
 if TYPE_CHECKING:
     from eval.compare import Comparison, RunData
@@ -137,21 +137,6 @@ def slim_record(stage: str, record: Mapping[str, Any], query: str = "") -> dict[
     }
 
 
-def _stream_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(query id, record) per line of a ``queries.jsonl``, by `eval.runs.read_records`' rules
-    (a later line wins, a torn line is skipped), streamed: trace files can be large."""
-    if not path.is_file():
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
-                yield record["query_id"], record
-
-
 def trajectories(run: RunData, task: str, texts: Mapping[str, str]) -> dict[str, dict]:
     """The trajectory in ``run`` of each query of ``texts`` (id: text): every stage's slimmed
     record, then the final top 10 (the last stage's ranking, as the task was scored)."""
@@ -162,7 +147,7 @@ def trajectories(run: RunData, task: str, texts: Mapping[str, str]) -> dict[str,
     for i, folder in enumerate(stage_chain(run.path / task)):
         name = "agent" if i == 0 else folder.name
         found: dict[str, dict[str, Any]] = {}
-        for qid, record in _stream_records(records_path(folder)):
+        for qid, record in iter_records(records_path(folder)):
             if qid not in wanted:
                 continue
             found[qid] = slim_record(name, record, texts[qid])

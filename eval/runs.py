@@ -30,7 +30,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,14 +63,11 @@ def records_path(stage_dir: Path) -> Path:
     return Path(stage_dir) / RECORDS_FILE
 
 
-def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
-    """The last record of each query in a ``queries.jsonl``; a torn last line is ignored.
-
-    ``fields`` keeps only those keys of each record (traces can be large).
-    """
-    records: dict[str, dict[str, Any]] = {}
+def iter_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(query id, record) of each line of a ``queries.jsonl``, in file order, streamed (traces
+    can be large); a torn line is skipped. A later line of the same query replaces an earlier."""
     if not path.exists():
-        return records
+        return
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
@@ -78,10 +75,19 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str,
             except json.JSONDecodeError:
                 continue  # a line cut short by a crash: that query simply runs again
             if isinstance(record, dict) and isinstance(record.get("query_id"), str):
-                record_id = record["query_id"]
-                if fields is not None:
-                    record = {k: record.get(k) for k in fields}
-                records[record_id] = record
+                yield record["query_id"], record
+
+
+def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """The last record of each query in a ``queries.jsonl``; a torn last line is ignored.
+
+    ``fields`` keeps only those keys of each record (traces can be large).
+    """
+    records: dict[str, dict[str, Any]] = {}
+    for record_id, record in iter_records(path):
+        if fields is not None:
+            record = {k: record.get(k) for k in fields}
+        records[record_id] = record
     return records
 
 

@@ -7,6 +7,7 @@ as JSON and read by `python -m agents.trace`.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 from collections.abc import Mapping
@@ -80,10 +81,7 @@ async def llm_call(
         "usage": completion.usage.to_dict(),
     }
     if completion.tool_calls:
-        step["tool_calls"] = [
-            {"id": call.id, "name": call.name, "arguments": call.arguments}
-            for call in completion.tool_calls
-        ]
+        step["tool_calls"] = [dataclasses.asdict(call) for call in completion.tool_calls]
     return completion, step
 
 

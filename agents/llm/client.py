@@ -23,6 +23,7 @@ import os
 # Must precede the litellm import: otherwise importing litellm fetches the cost map online.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import dataclasses
 import json
 import logging
 import re
@@ -342,7 +343,7 @@ class LLM:
         if self._template is not None and request.get("tools"):
             # the completions endpoint returns text: read the calls from it, as local/ does
             entry["text"], calls = parse_tool_calls(entry["text"], tool_names(request["tools"]))
-            entry["tool_calls"] = [_call_entry(call) for call in calls]
+            entry["tool_calls"] = [dataclasses.asdict(call) for call in calls]
         if cache is not None and key is not None:  # key is set whenever cache is
             cache.set(key, entry)
         completion = _from_entry(entry, latency, cached=False)
@@ -479,10 +480,6 @@ def _entry_from_response(response: Any, requested_model: str) -> dict:
         "stop_reason": _stop_reason(choice),
         "tool_calls": _tool_calls_entry(getattr(message, "tool_calls", None)),
     }
-
-
-def _call_entry(call: ToolCall) -> dict[str, str]:
-    return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
 def _tool_calls_entry(calls: Any) -> list[dict[str, str]] | None:
