@@ -25,11 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.llm.sampling import PRESETS
+from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.llm.serving import ROUTINGS, SERVERS, load_template
+from agents.llm.text import REASONING_SETTINGS
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url
 from eval.argtypes import (
     check_field,
+    integer_from,
     non_negative_float,
     non_negative_int,
     one_of,
@@ -62,8 +66,15 @@ class ConfigError(ValueError):
 class LLMConfig:
     model: str = DEFAULT_MODEL
     api_base: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 512
+    # agents.llm.sampling: the preset gives every call's sampling and length per method, node
+    # and model family; a setting given here (not None) wins over it for every call
+    preset: str = "default"
+    temperature: float | None = None
+    max_tokens: int | None = None
+    top_p: float | None = None
+    top_k_sampling: int | None = None  # sent as top_k; named as Search-o1 names its flag
+    seed: int | None = None
+    repetition_penalty: float | None = None
     cache: str = "use"  # use | refresh (call again, overwrite) | off
     concurrency: int = 4  # queries in flight
     rate_limit: float | None = None  # requests per second to the provider
@@ -73,8 +84,13 @@ class LLMConfig:
 
     def __post_init__(self) -> None:
         for name, checker in (
+            ("preset", one_of(PRESETS)),
             ("temperature", optional(non_negative_float)),
             ("max_tokens", optional(positive_int)),
+            ("top_p", optional(unit_float)),
+            ("top_k_sampling", optional(integer_from(-1))),
+            ("seed", optional(non_negative_int)),
+            ("repetition_penalty", optional(positive_float)),
             ("concurrency", optional(positive_int)),
             ("rate_limit", optional(positive_float)),
             ("cache", one_of(CACHE_MODES)),
@@ -94,6 +110,11 @@ class LLMConfig:
                 load_template(self.chat_template)
             except ValueError as e:
                 raise ConfigError(f"llm.{str(e).lstrip('-').replace('-', '_', 1)}") from None
+
+    def explicit_sampling(self) -> dict[str, Any]:
+        """The sampling settings given (not None): each wins over the preset's value."""
+        given = {k: getattr(self, k) for k in SAMPLING_SETTINGS}
+        return {SAMPLING_SETTINGS[k]: v for k, v in given.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -149,6 +170,11 @@ class RunConfig:
     generations: str | None = None
     # recorded: task folder -> sha256 of the generation file read for it
     generation_sha256: Mapping[str, str] = field(default_factory=dict)
+    # how generated texts are read (agents.llm.text): auto (the writing model's family, as
+    # R2MED's list names them), none, or a reasoning family whose response alone is searched
+    reasoning: str = "auto"
+    # recorded: "<agent or stage>/<node>" -> what its calls are sent (agents.llm.sampling)
+    sampling: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
@@ -187,6 +213,8 @@ class RunConfig:
             check_component(self.run_name, "run_name")
         object.__setattr__(self, "prompt_files", dict(self.prompt_files))
         object.__setattr__(self, "prompts", dict(self.prompts))
+        object.__setattr__(self, "sampling", dict(self.sampling))
+        check_field(self, "reasoning", "", one_of(REASONING_SETTINGS), ConfigError)
 
     @property
     def uses_llm(self) -> bool:
@@ -421,8 +449,37 @@ SETTINGS: dict[str, Setting] = {
     "routing": Setting(
         "llm.routing", "several --api-base URLs: litellm Router's strategy", choices=ROUTINGS
     ),
-    "temperature": Setting("llm.temperature", "LLM sampling temperature", non_negative_float),
-    "max_tokens": Setting("llm.max_tokens", "per LLM call", positive_int),
+    "preset": Setting(
+        "llm.preset",
+        "sampling and length of every LLM call: default (temperature 0, 512 tokens; a budget "
+        "reasoning fits for reasoning models) or paper (each method as its original ran it, "
+        "per model family; see agents/llm/sampling.py)",
+        choices=PRESETS,
+    ),
+    "temperature": Setting(
+        "llm.temperature", "LLM sampling temperature (default: the preset's)", non_negative_float
+    ),
+    "max_tokens": Setting(
+        "llm.max_tokens",
+        "tokens per LLM call (max_completion_tokens for reasoning models; default: the preset's)",
+        positive_int,
+    ),
+    "top_p": Setting("llm.top_p", "nucleus sampling (default: the preset's)", unit_float),
+    "top_k_sampling": Setting(
+        "llm.top_k_sampling",
+        "sampling top_k, open-model servers only (default: the preset's)",
+        integer_from(-1),
+    ),
+    "seed": Setting("llm.seed", "sampling seed (default: the preset's)", non_negative_int),
+    "repetition_penalty": Setting(
+        "llm.repetition_penalty", "open-model servers only (default: the preset's)", positive_float
+    ),
+    "reasoning": Setting(
+        "reasoning",
+        "how generated texts are read: auto (the model's family, R2MED's list of reasoning "
+        "models), none, or a family whose response alone is searched",
+        choices=REASONING_SETTINGS,
+    ),
     "cache": Setting(
         "llm.cache", "LLM response cache: use, refresh (call again) or off", choices=CACHE_MODES
     ),  # fmt: skip

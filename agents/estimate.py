@@ -25,7 +25,7 @@ Calls per query in the bound: generate-then-retrieve agents make one; ``search-o
 ``max_turns`` reasoning calls (fewer when ``max_refusals`` stops a model stuck on refused
 searches: at most ``(max_searches + 1) * max_refusals``) plus one Reason-in-Documents call per
 search made, at most ``min(max_searches, reasoning calls - 1)``; ``search-r1`` at most
-``max_turns``; ``tool-search`` at most ``max_turns``, every prompt from the second on holding
+``max_turns + 1`` (its search turns, then one with search off); ``tool-search`` at most ``max_turns``, every prompt from the second on holding
 every search and read the limits allow (``max_searches`` results of ``max_k`` snippets,
 ``max_reads`` documents cut to ``doc_words``, all asked for in the first turn, the worst case)
 and one nudge per earlier turn, up to ``nudges``; ``llm-pointwise`` one per passage of its top
@@ -181,7 +181,13 @@ def estimate(config: RunConfig) -> Estimate:
         from agents.pipeline import read_source_run
 
         source = read_source_run(config)
-    config = dataclasses.replace(config, prompts=record_prompts(spec, config, tasks, books, source))
+    from agents.pipeline import record_sampling
+
+    config = dataclasses.replace(
+        config,
+        prompts=record_prompts(spec, config, tasks, books, source),
+        sampling=record_sampling(config, source),
+    )
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     state = _run_state(run_dir, config)
     counters = _Counters(cache_dir)
@@ -333,8 +339,14 @@ class _Bounds:
 
     @property
     def max_tokens(self) -> int | None:
-        assert self.config.llm is not None
-        return self.config.llm.max_tokens
+        """The agent's longest completion budget (its sampling, agents.llm.sampling)."""
+        return budget(self.config, self.config.agent)
+
+    def stage_max_tokens(self, stage_config: Any) -> int | None:
+        from eval.runs import stage_dir_name
+
+        i = self.config.rerank.index(stage_config) + 1
+        return budget(self.config, stage_dir_name(i, stage_config.kind))
 
     def longest(self, k: int, words: int) -> list[str]:
         """The ids of the ``k`` documents longest once cut to ``words`` words (in characters):
@@ -469,7 +481,6 @@ class _Bounds:
     def _search_o1(self, query: str) -> list[tuple[int, int]]:
         from agents.graphs import search_o1 as o1
         from agents.graphs.search_loop import build_messages, model_segment, transcript
-        from prompts import format_docs
 
         assert self.config.llm is not None
         model, m = self.config.llm.model, self.max_tokens
@@ -480,9 +491,8 @@ class _Bounds:
         chat = self.book.get("search-o1", "chat")
         mode = self._mode()
         output = self.filler(m)
-        documents = format_docs(self.texts(o["top_k"], o["doc_words"]), o["doc_words"],
-                                o1.DOC_TEMPLATE)  # fmt: skip
-        canned = max((o1.REPEATED_QUERY, o1.SEARCH_LIMIT, o1.EMPTY_QUERY), key=len)
+        documents = o1.format_documents(self.texts(o["top_k"], 10**6), o["doc_chars"])
+        canned = max((o1.REPEATED_QUERY, o1.SEARCH_LIMIT), key=len)
         segments: list[dict[str, Any]] = []
         calls: list[tuple[int, int]] = []
         # the searches come first: their results are the longest text a turn can add
@@ -512,7 +522,6 @@ class _Bounds:
     def _search_r1(self, query: str) -> list[tuple[int, int]]:
         from agents.graphs import search_r1 as r1
         from agents.graphs.search_loop import build_messages, env_segment, model_segment
-        from prompts import format_docs
 
         assert self.config.llm is not None
         model, m = self.config.llm.model, self.max_tokens
@@ -522,21 +531,26 @@ class _Bounds:
         nudge = self.book.get("search-r1", "final")
         mode = self._mode()
         output = self.filler(m)
-        docs = format_docs(self.texts(o["top_k"], o["doc_words"]), o["doc_words"],
-                           r1.DOC_TEMPLATE)  # fmt: skip
-        # what a turn adds after the model's output: the search's documents, or the message
-        # for an invalid action, whichever is longer (as chat mode shows it)
+        docs = r1.format_passages(self.texts(o["top_k"], 10**6))
+        # what a turn adds after the model's output: the search's documents (cut to
+        # obs_tokens, counted as the bound counts), or the message for an invalid action,
+        # whichever is longer (as chat mode shows it)
         observation = f"\n\n<information>{docs.strip()}</information>\n\n"
         count = self.counters.get(model).count_text
+        if o["obs_tokens"]:
+            while count(observation) > o["obs_tokens"] and len(observation) > 1:
+                observation = observation[: len(observation) * 9 // 10]
         if count(chat.render(observation=observation.strip())) >= count(r1.INVALID_ACTION.strip()):
             added = env_segment(observation)
         else:
             added = env_segment(r1.INVALID_ACTION, wrap=False)
         segments: list[dict[str, Any]] = []
         calls: list[tuple[int, int]] = []
-        turns = o["max_turns"]
+        turns = o["max_turns"] + 1  # the search turns, then one with search off
+        nudged = o["final_nudge"]
         for turn in range(1, turns + 1):
-            shown_segments = segments + [env_segment(nudge.text, wrap=False)] * (turn == turns)
+            last = turn == turns and nudged
+            shown_segments = segments + [env_segment(nudge.text, wrap=False)] * last
             messages = build_messages(prompt, shown_segments, mode, chat)
             call = self.call(model, messages, m, "agent")
             if call is None:
@@ -612,7 +626,7 @@ class _Bounds:
         calls: list[tuple[int, int]] = []
         if isinstance(stage, PointwiseReranker):
             prompt = stage.grade_prompt if o["judge"] == "grade" else stage.judge_prompt
-            completion = self.max_tokens if o["reason"] else o["answer_tokens"]
+            completion = self.stage_max_tokens(stage_config) if o["reason"] else o["answer_tokens"]
             for doc in self.texts(min(o["depth"], length), o["doc_words"]):
                 content = prompt.render(query=query, passage=cut_words(doc, o["doc_words"]))
                 call = self.call(model, [{"role": "user", "content": content}], completion, what)
@@ -627,12 +641,11 @@ class _Bounds:
                 # as ListwiseReranker.ask: a window that overflows the context fails unpaid
                 # and is sent again with passages cut to half the words, down to the minimum
                 words = o["doc_words"]
-                call = self.call(model, stage.messages(query, ids, scores, words),
-                                 self.max_tokens, what)  # fmt: skip
+                m = self.stage_max_tokens(stage_config)
+                call = self.call(model, stage.messages(query, ids, scores, words), m, what)
                 while call is None and words > MIN_DOC_WORDS:
                     words = max(MIN_DOC_WORDS, words // 2)
-                    call = self.call(model, stage.messages(query, ids, scores, words),
-                                     self.max_tokens, what)  # fmt: skip
+                    call = self.call(model, stage.messages(query, ids, scores, words), m, what)
                 if call is None:  # the query fails at this window
                     break
                 calls.append(call)
@@ -649,6 +662,18 @@ class _Bounds:
             notes.append("windows too long for the model's context counted with passages cut "
                          "shorter until they fit, as the stage sends them")  # fmt: skip
         return notes
+
+
+def budget(config: RunConfig, name: str) -> int | None:
+    """The longest completion budget of the agent or stage folder ``name``'s calls; None when
+    one of them has none (then the context bounds it)."""
+    prefix = f"{name}/"
+    limits = [
+        entry["params"].get("max_tokens", entry["params"].get("max_completion_tokens"))
+        for key, entry in config.sampling.items()
+        if key.startswith(prefix)
+    ]
+    return None if not limits or None in limits else max(limits)
 
 
 def search_o1_calls(max_turns: int, max_searches: int, max_refusals: int) -> tuple[int, int]:

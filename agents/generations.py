@@ -1,17 +1,23 @@
 """Where generated texts come from when no model writes them (``--generations``).
 
-A generate-then-retrieve agent (``hyde``, ``query2doc``, ``lamer``, ``reason``) normally asks an
-LLM for one text per query. With a generation source it reads that text instead, and everything
-after generation (the combination rule of each retriever, ``</think>`` stripping, ranking,
+An agent that ends in one generated text per query (``hyde``, ``query2doc``, ``lamer``,
+``reason``, and the trajectories of ``search-o1`` and ``search-r1``) normally asks an LLM for
+it. With a generation source it reads that text instead, and everything after generation (the
+combination rule of each retriever, how a reasoning model's response is read, ranking,
 evaluation) is unchanged. Sources, parsed and checked once with the config:
 
 * ``r2med:<llm>``: R2MED's released generations on the Hugging Face hub, repo ``R2MED/<Task>``,
-  file ``<method>/<llm>/query_with_hydoc.jsonl`` (method = the agent: hyde, query2doc, lamer);
+  file ``<method>/<llm>/query_with_hydoc.jsonl`` (method = the agent: hyde, query2doc, lamer,
+  search-o1, search-r1; R2MED stored its Search-o1 and Search-R1 outputs in the same layout);
 * ``r2med:<llm>@<folder>``: the same files in a local folder, ``<folder>/<Task>/<method>/<llm>/
   query_with_hydoc.jsonl`` (or ``<folder>/<method>/<llm>/...`` for a single-task folder);
 * ``<file>.jsonl``: one file of ``{"id", "hy_doc"}`` lines, used for every task;
-* ``<run folder>``: a run of ours by a generate-then-retrieve agent; each task's
-  ``queries.jsonl`` gives ``generated["passage"]`` per query.
+* ``<run folder>``: a run of ours by one of those agents; each task's ``queries.jsonl`` gives
+  ``generated["passage"]`` per query.
+
+Which model wrote the texts decides how they are read (`agents.llm.text`): R2MED's short name
+for ``r2med:<llm>`` (so its reasoning models are read as R2MED reads them), the source run's
+model for a run folder, and none for a plain file (``--reasoning`` names the family).
 
 Leak guard: R2MED's files also carry ``doc_id`` (the gold documents) and ``answer``. Each line
 is parsed and only ``id -> hy_doc`` is kept; nothing else of a file outlives its parsing, so
@@ -30,8 +36,9 @@ from eval.datasets import R2MED_REVISIONS, DataError, r2med_task_name, read_id_t
 from eval.runs import generations_label
 
 R2MED_PREFIX = "r2med:"
-R2MED_METHODS = ("hyde", "query2doc", "lamer")  # the methods R2MED released generations for
-GENERATE_AGENTS = ("hyde", "query2doc", "lamer", "reason")  # agents that can replay a source
+# the methods R2MED released generations for (its results/gar/<method> rows)
+R2MED_METHODS = ("hyde", "query2doc", "lamer", "search-o1", "search-r1")
+GENERATE_AGENTS = (*R2MED_METHODS, "reason")  # agents that can replay a source
 R2MED_FILE = "query_with_hydoc.jsonl"
 OFFLINE_HINT = "set HF_HUB_OFFLINE=1 to fail at once instead of retrying"
 
@@ -58,6 +65,7 @@ class Generations:
     path: Path  # the file read
     sha256: str  # of that file's bytes: binds the run folder
     texts: dict[str, str]
+    model: str | None = None  # who wrote them (R2MED's short name, or a run's model), if known
 
 
 def parse_source(text: str, agent: str) -> SourceSpec:
@@ -94,16 +102,17 @@ def parse_source(text: str, agent: str) -> SourceSpec:
 # --- reading -------------------------------------------------------------------------------
 
 
-def read_generation_file(path: Path, label: str) -> Generations:
+def read_generation_file(path: Path, label: str, model: str | None = None) -> Generations:
     """``id -> hy_doc`` of a JSONL file, and the file's sha256; nothing else is kept."""
     if not path.is_file():
         raise DataError(f"{path}: no such file (generations {label})")
     texts = read_id_texts(path, "id", "hy_doc")
-    return Generations(label, path, _sha256(path), texts)
+    return Generations(label, path, _sha256(path), texts, model)
 
 
 def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
-    """The passages a run of ours generated for one task folder."""
+    """The texts a run of ours generated for one task folder (as written: R2MED's rules read
+    them again, for the model the source run recorded)."""
     path = runs.records_path(run_dir / folder)
     if not path.is_file():
         raise DataError(f"{path}: no such file (the source run has no finished task {folder!r})")
@@ -112,11 +121,12 @@ def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
         passage = (record.get("generated") or {}).get("passage")
         if not record.get("error") and isinstance(passage, str):
             texts[query_id] = passage
-    return Generations(label, path, _sha256(path), texts)
+    llm = runs.read_config(run_dir).get("llm") or {}
+    return Generations(label, path, _sha256(path), texts, llm.get("model"))
 
 
 def check_run_source(run_dir: Path) -> None:
-    """Refuse a folder that is not a run of a generate-then-retrieve agent."""
+    """Refuse a folder that is not a run of an agent that writes one text per query."""
     try:
         config = runs.read_config(run_dir)
     except FileNotFoundError:
@@ -127,7 +137,7 @@ def check_run_source(run_dir: Path) -> None:
     agent = config.get("agent")
     if agent not in GENERATE_AGENTS:
         raise DataError(
-            f"{run_dir / runs.CONFIG_FILE}: agent {agent!r} generates no passage to replay "
+            f"{run_dir / runs.CONFIG_FILE}: agent {agent!r} writes no text to replay "
             f"(a source run must be one of {', '.join(GENERATE_AGENTS)})"
         )
 
@@ -145,10 +155,10 @@ def load_generations(
         return read_run_generations(spec.path, folder, spec.label)
     if spec.kind == "r2med-folder":
         assert spec.path is not None
-        return read_generation_file(local_r2med_file(spec.path, task, method, spec.llm), spec.label)
-    return read_generation_file(
-        fetch_r2med_generations(task, method, spec.llm, cache_dir), spec.label
-    )
+        path = local_r2med_file(spec.path, task, method, spec.llm)
+    else:
+        path = fetch_r2med_generations(task, method, spec.llm, cache_dir)
+    return read_generation_file(path, spec.label, spec.llm)
 
 
 def local_r2med_file(folder: Path, task: str, method: str, llm: str) -> Path:
@@ -200,14 +210,6 @@ def fetch_r2med_generations(task: str, method: str, llm: str, cache_dir: Path) -
     )
 
 
-def stripped(text: str) -> tuple[str, bool]:
-    """The text retrieval uses (after a reasoning model's ``</think>``, as the live agents
-    use it) and whether a think part was cut."""
-    from agents.graphs.context import THINK_END, answer_text
-
-    return answer_text(text), THINK_END in text
-
-
 def missing_line(gens: Generations, task: str, query_ids: list[str], examples: int = 5) -> str:
     """One line on the queries ``gens`` has no text for, or "" when it has them all."""
     missing = [q for q in query_ids if q not in gens.texts]
@@ -232,4 +234,4 @@ def describe(gens: Generations, query_ids: list[str]) -> dict[str, Any]:
     """What a task's summary records of its source."""
     missing = [q for q in query_ids if q not in gens.texts]
     return {"source": gens.label, "file": str(gens.path), "sha256": gens.sha256,
-            "missing": len(missing), "missing_ids": missing}  # fmt: skip
+            "model": gens.model, "missing": len(missing), "missing_ids": missing}  # fmt: skip

@@ -121,7 +121,11 @@ async def arun(
     folders = task_folders(tasks)
     books = {t.name: PromptBook(overrides, t.name) for t in tasks}
     prompts = record_prompts(spec, config, tasks, books, source)
-    config = dataclasses.replace(config, prompts=prompts)
+    config = dataclasses.replace(config, prompts=prompts, sampling=record_sampling(config, source))
+    for name, entry in config.sampling.items():
+        if entry["not_sent"]:  # what was asked for and is not sent is said, once per node
+            log.warning("%s on %s (preset %s): %s", name, entry["model"], entry["preset"],
+                        describe_sampling(entry))  # fmt: skip
     generations = {}
     if config.generations and source is None:  # a rerank reads the source's lists instead
         generations = read_generations(config, tasks, folders, cache_dir)
@@ -204,6 +208,75 @@ def record_prompts(
     return dict(sorted(used.items()))
 
 
+def record_sampling(config: RunConfig, source: RunConfig | None = None) -> dict[str, Any]:
+    """What every LLM call of the run is sent, by "<agent or stage folder>/<node>": the
+    preset's values for its method, node and model family, the settings given over them, and
+    what is not sent (agents.llm.sampling). A rerank of a finished run keeps its agent's."""
+    if config.llm is None:
+        return {}
+    from agents.llm.sampling import resolve
+    from agents.llm.serving import resolve_server
+
+    llm = config.llm
+    explicit = llm.explicit_sampling()
+    out: dict[str, Any] = {}
+
+    def put(name: str, method: str, node: str, model: str, server: str, options: Any) -> None:
+        sampling = resolve(llm.preset, method, node, model, server, explicit, options)
+        out[f"{name}/{node}"] = {"model": model, "preset": llm.preset, **sampling.to_dict()}
+
+    if source is not None:
+        out.update((k, v) for k, v in source.sampling.items() if k.split("/")[0] == config.agent)
+    elif config.agent_calls_llm:
+        server = resolve_server(llm.server, llm.model)
+        for node in AGENTS[config.agent].llm_nodes:
+            put(config.agent, config.agent, node, llm.model, server, config.options)
+    for i, stage in enumerate(config.rerank, 1):
+        if not STAGES[stage.kind].uses_llm:
+            continue
+        model, api_base = config.stage_llm(stage)
+        server = resolve_server(llm.server if api_base == llm.api_base else "auto", model)
+        for node in STAGES[stage.kind].llm_nodes:
+            put(runs.stage_dir_name(i, stage.kind), stage.kind, node, model, server, stage.options)
+    return out
+
+
+def describe_sampling(entry: dict[str, Any]) -> str:
+    """One line on what a node's calls are sent, and what not."""
+    sent = ", ".join(f"{k} {v}" for k, v in entry["params"].items()) or "nothing"
+    line = f"sends {sent}"
+    if entry["not_sent"]:
+        line += "; not sent: " + "; ".join(f"{k} ({w})" for k, w in entry["not_sent"].items())
+    return line
+
+
+def node_sampling(config: RunConfig, name: str) -> dict[str, dict[str, Any]]:
+    """node -> the parameters sent, for the agent or stage folder ``name`` of the run."""
+    prefix = f"{name}/"
+    return {
+        k.removeprefix(prefix): dict(v["params"])
+        for k, v in config.sampling.items()
+        if k.startswith(prefix)
+    }
+
+
+def text_parser(config: RunConfig, generations: Generations | None = None) -> str:
+    """How the run's generated texts are read (agents.llm.text): the setting, else the
+    agent's own protocol, else the writing model's family (a replay's source model)."""
+    from agents.llm.text import reasoning_parser
+
+    if config.reasoning != "auto":
+        return config.reasoning
+    own = AGENTS[config.agent].parser
+    if own is not None:
+        return own
+    if generations is not None:
+        model = generations.model
+    else:
+        model = config.llm.model if config.llm is not None and config.agent_calls_llm else None
+    return reasoning_parser(model) if model else "none"
+
+
 def read_generations(
     config: RunConfig, tasks: list[Task], folders: list[str], cache_dir: Path
 ) -> dict[str, Generations]:
@@ -241,16 +314,16 @@ def _llms(config: RunConfig, cache_dir: Path) -> dict[tuple[str, str | None], An
             server=llm.server if api_base == llm.api_base else "auto",
             chat_template=llm.chat_template if api_base == llm.api_base else None,
             routing=llm.routing,
-            params={"temperature": llm.temperature, "max_tokens": llm.max_tokens},
         )
         for model, api_base in config.llm_targets()
     }
 
 
-def _stage_context(stage, task, config, llm, books, cache_dir) -> StageContext:
+def _stage_context(stage, task, config, llm, books, cache_dir, folder="") -> StageContext:
     return StageContext(
         corpus=task.corpus, task=task.name, options=stage.options, llm=llm,
         depth=config.eval.depth, prompts=books[task.name], cache_dir=cache_dir,
+        sampling=node_sampling(config, folder) if folder else {},
     )  # fmt: skip
 
 
@@ -481,6 +554,8 @@ async def run_task(
             prompts=prompts,
             options=config.options,
             generations=generations,
+            parser=text_parser(config, generations),
+            sampling=node_sampling(config, config.agent),
         )
         records = await run_queries(
             spec.build_graph(ctx),
@@ -502,7 +577,8 @@ async def run_task(
             adopt_records(source[1] / folder.name, folder)  # the same stage on the same lists
         llm = llms[config.stage_llm(stage_config)] if STAGES[stage_config.kind].uses_llm else None
         stage = STAGES[stage_config.kind].build(
-            _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir)
+            _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir,
+                           folder.name)  # fmt: skip
         )
         inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
         records = await run_queries(

@@ -41,6 +41,7 @@ AGENTS: dict[str, AgentSpec] = {
             "agents.graphs.generate_retrieve:build_graph",
             spec.prompts,
             bound=(spec,),
+            llm_nodes=("generate",),
         )
         for name, spec in GENERATE_SPECS.items()
     },
@@ -51,14 +52,17 @@ AGENTS: dict[str, AgentSpec] = {
         SEARCH_O1_PROMPTS,
         defaults=SEARCH_O1_DEFAULTS,
         check_options=check_search_options,
+        llm_nodes=("reason", "documents"),
     ),
     "search-r1": AgentSpec(
         "search-r1",
-        "Search-R1: think/search/answer turns; ranks with the last think + answer",
+        "Search-R1: think/search/answer turns; ranks with its first <answer>",
         "agents.graphs.search_r1:build_graph",
         SEARCH_R1_PROMPTS,
         defaults=SEARCH_R1_DEFAULTS,
         check_options=check_search_options,
+        llm_nodes=("reason",),
+        parser="search-r1",
     ),
     "tool-search": AgentSpec(
         "tool-search",
@@ -67,6 +71,7 @@ AGENTS: dict[str, AgentSpec] = {
         TOOL_SEARCH_PROMPTS,
         defaults=TOOL_SEARCH_DEFAULTS,
         check_options=check_tool_options,
+        llm_nodes=("reason",),
     ),
 }
 

@@ -39,6 +39,11 @@ class AgentSpec:
     defaults: dict[str, Any] = field(default_factory=dict)  # its options (--max-turns, ...)
     check_options: Callable[[dict[str, Any]], None] | None = None  # raises ValueError
     bound: tuple[Any, ...] = ()  # leading arguments of the builder (generate-retrieve specs)
+    # the graph nodes that call the LLM: each gets its sampling (agents.llm.sampling) by name
+    llm_nodes: tuple[str, ...] = ()
+    # how its texts are read when the model's family does not say (agents.llm.text.PARSERS):
+    # None for the model's family; Search-R1's protocol answers in <answer> whatever the model
+    parser: str | None = None
 
     def build_graph(self, ctx: Any) -> Any:
         return _resolve(self.builder)(*self.bound, ctx)
@@ -53,6 +58,7 @@ class StageSpec:
     prompts: tuple[str, ...] = ()  # prompt families it reads (for sweeps' prompt variants)
     defaults: dict[str, Any] = field(default_factory=dict)
     check_options: Callable[[dict[str, Any]], None] | None = None
+    llm_nodes: tuple[str, ...] = ()  # the nodes its calls are made under (agents.llm.sampling)
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.builder)(ctx)

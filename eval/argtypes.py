@@ -56,6 +56,11 @@ non_negative_float: Callable[[object], float] = _bounded(float, 0, None, False, 
 unit_float: Callable[[object], float] = _bounded(float, 0, 1, False, "a number in [0, 1]")
 
 
+def integer_from(low: int) -> Callable[[object], int]:
+    """A checker for an integer of at least ``low`` (-1 is "off" for some samplers)."""
+    return _bounded(int, low, None, False, f"an integer >= {low}")
+
+
 def one_of(choices: Sequence[str] | Mapping[str, str]) -> Callable[[object], str]:
     """A checker for a setting that takes one of ``choices`` (a mapping's keys)."""
 

@@ -21,6 +21,9 @@ class SearchRequest:
     query: str  # the user's original query
     expansion: str = ""  # LLM-generated text (HyDE passage, answer, ...)
     sparse_text: str | None = None  # what BM25 scores; None -> query
+    # what a dense retriever embeds (behind its query instruction) and averages with the
+    # expansion's embedding; None -> query (query2doc embeds "query[SEP]passage" as one text)
+    dense_text: str | None = None
 
 
 @runtime_checkable
@@ -72,5 +75,8 @@ class DenseRetriever:
     ) -> dict[str, dict[str, float]]:
         """Batched: all queries (and expansions) are encoded together."""
         reqs = list(requests.values())
-        vecs = self.index.encode_requests([r.query for r in reqs], [r.expansion for r in reqs])
+        vecs = self.index.encode_requests(
+            [r.dense_text if r.dense_text is not None else r.query for r in reqs],
+            [r.expansion for r in reqs],
+        )
         return dict(zip(requests, self.index.search_vectors(vecs, k), strict=True))

@@ -22,8 +22,6 @@ if TYPE_CHECKING:  # the client imports litellm: only a run that calls a model p
     from agents.generations import Generations
     from agents.llm import LLM
 
-THINK_END = "</think>"
-
 
 @dataclass
 class AgentContext:
@@ -44,6 +42,11 @@ class AgentContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     # a generate-then-retrieve agent's texts when they are read, not generated (--generations)
     generations: Generations | None = None
+    # how the model's texts are read (agents.llm.text.PARSERS): "none", or a reasoning family
+    # whose response alone is searched
+    parser: str = "none"
+    # node -> the parameters its LLM calls are sent (agents.llm.sampling), resolved per run
+    sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _merge(old: dict, new: dict) -> dict:
@@ -60,18 +63,15 @@ class AgentState(TypedDict, total=False):
     ranking: dict[str, float]
 
 
-def answer_text(text: str) -> str:
-    """The part of a reasoning model's output after its last `</think>` (all of it otherwise)."""
-    return text.rsplit(THINK_END, 1)[-1].strip()
-
-
 async def llm_call(
-    ctx: AgentContext, node: str, messages: list[dict], **params: Any
+    ctx: Any, node: str, messages: list[dict], **params: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """Call the LLM and describe the call as a trace step; returns (completion, step)."""
+    """Call the LLM with the node's sampling (``ctx.sampling``, which ``params`` override) and
+    describe the call as a trace step; returns (completion, step). ``ctx`` is an agent's or a
+    rerank stage's context."""
     if ctx.llm is None:
         raise RuntimeError(f"node {node!r} needs an LLM but the agent was built without one")
-    completion = await ctx.llm.chat(messages, **params)
+    completion = await ctx.llm.chat(messages, **{**ctx.sampling.get(node, {}), **params})
     step = {
         "node": node,
         "messages": messages,
@@ -86,7 +86,7 @@ async def llm_call(
 
 
 async def llm_step(
-    ctx: AgentContext, node: str, messages: list[dict], **params: Any
+    ctx: Any, node: str, messages: list[dict], **params: Any
 ) -> tuple[str, dict[str, Any]]:
     """Call the LLM and describe the call as a trace step; returns (text, step)."""
     completion, step = await llm_call(ctx, node, messages, **params)
@@ -111,6 +111,7 @@ def search_step(
             "query": request.query,
             "expansion": request.expansion,
             "sparse_text": request.sparse_text,
+            **({"dense_text": request.dense_text} if request.dense_text is not None else {}),
         },
         "doc_ids": list(ranking),
         "scores": [round(s, 6) for s in ranking.values()],

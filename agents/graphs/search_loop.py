@@ -18,13 +18,15 @@ one of two LLM modes:
 
 Final ranking (option ``final_ranking``), always retrieved at ``ctx.depth`` with ``ctx.retriever``:
 
-* ``answer`` (default): the final answer is searched like a HyDE passage, as R2MED evaluates
-  generated text: BM25 scores the answer alone, dense retrievers average the query's and the
-  answer's embeddings. An empty answer, or one that matches no document, falls back to the
-  query, and the step says so.
+* ``answer`` (default): the trajectory's output (the model's text with what the agent put back
+  in, Search-o1's ``seq['output']``) searched as R2MED searches its Search-o1 and Search-R1
+  outputs (`agents.graphs.combine`): a reasoning model's response (after its first
+  ``</think>``; Search-R1's first ``<answer>``) or, for other models, the whole output, scored
+  alone by BM25 and averaged with the query by dense retrievers. An empty response, or one
+  that matches no document, falls back to the query, and the step says so.
 * ``fuse``: reciprocal-rank fusion (retrievers.hybrid.rrf_fuse) of every list the agent
   retrieved on the way plus the ``answer`` list; with no search it is the ``answer`` list.
-* ``trace``: the whole reasoning trace, tags removed, as BM25 text and dense expansion.
+* ``trace``: the whole trajectory, tags removed, as BM25 text and dense expansion.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agents.graphs.combine import generated_request, is_empty
 from agents.graphs.context import AgentContext, AgentState, fuse_lists, search_step
 from retrievers.base import SearchRequest
 
@@ -52,14 +55,16 @@ def check_options(options: Mapping[str, Any]) -> None:
     """Fail at graph build time, not mid-run, on an option value the agents cannot use."""
     if options["llm_mode"] not in LLM_MODES:
         raise ValueError(f"llm_mode must be one of {LLM_MODES}, got {options['llm_mode']!r}")
+    if options.get("information", "original") not in ("original", "lenient"):
+        raise ValueError(f"information must be original or lenient, got {options['information']!r}")
     if options["final_ranking"] not in FINAL_RANKINGS:
         raise ValueError(
             f"final_ranking must be one of {FINAL_RANKINGS}, got {options['final_ranking']!r}"
         )
-    for key in ("max_turns", "top_k", "doc_words"):
-        if options[key] < 1:
+    for key in ("max_turns", "top_k", "doc_chars"):
+        if key in options and options[key] < 1:
             raise ValueError(f"{key} must be at least 1, got {options[key]}")
-    for key in ("max_searches", "max_refusals"):
+    for key in ("max_searches", "max_refusals", "obs_tokens"):
         if key in options and options[key] < 0:
             raise ValueError(f"{key} must be at least 0, got {options[key]}")
 
@@ -144,41 +149,36 @@ def strip_tags(text: str) -> str:
     return " ".join(_TAG.sub(" ", text).split())
 
 
-def _search_with(ctx: AgentContext, query: str, text: str) -> tuple[dict[str, float], dict]:
-    """The final search with generated text, used like a HyDE passage (see the module doc)."""
-    request = SearchRequest(query=query, expansion=text, sparse_text=text)
-    return search_step(ctx.retriever, "final", request, ctx.depth)
-
-
 async def final_ranking(
-    ctx: AgentContext, state: SearchState, answer: str, passage: str | None = None
+    ctx: AgentContext, state: SearchState, method: str, answer: str
 ) -> dict[str, Any]:
     """The state update of the "final" node: the ranking, its step and the generated texts.
 
-    ``passage`` is what the ``answer`` and ``fuse`` modes search with (default: the answer).
+    ``method`` names the agent whose output this is; ``answer`` is what the trajectory ended
+    with, kept for the trace.
     """
     mode = ctx.options["final_ranking"]
     query = state["query"]
-    trace = transcript(state.get("segments", []))
-    generated = {"answer": answer, "reasoning": trace}
-    if passage is not None:
-        generated["passage"] = passage
-    note: dict[str, Any] = {"final_ranking": mode}
+    output = transcript(state.get("segments", []))
+    generated = {"answer": answer, "passage": output}
+    note: dict[str, Any] = {"final_ranking": mode, "reasoning": ctx.parser}
 
     if mode == "trace":
-        text = strip_tags(trace)
+        text = strip_tags(output)
         if not text:
             text = query
             note["note"] = "empty trace; searched with the query instead"
-        ranking, step = _search_with(ctx, query, text)
+        request = SearchRequest(query=query, expansion=text, sparse_text=text)
+        ranking, step = search_step(ctx.retriever, "final", request, ctx.depth)
         return {"steps": [step | note], "ranking": ranking, "generated": generated}
 
-    text = (answer if passage is None else passage).strip()
-    if not text:
-        text = query
+    if is_empty(output, ctx.parser):
+        request = SearchRequest(query=query)
         note["note"] = "empty answer; searched with the query instead"
-    ranking, step = _search_with(ctx, query, text)
-    if not ranking and text != query:
+    else:
+        request = generated_request(method, query, output, ctx.parser)
+    ranking, step = search_step(ctx.retriever, "final", request, ctx.depth)
+    if not ranking and request.sparse_text is not None:
         # BM25 finds nothing for an answer without a corpus term ("More."); an empty list
         # would score 0 where the query alone finds something.
         ranking, step = search_step(ctx.retriever, "final", SearchRequest(query=query), ctx.depth)

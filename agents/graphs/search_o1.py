@@ -5,14 +5,24 @@ stops at the end tag). The query is searched (top_k documents from ``ctx.retriev
 Reason-in-Documents, a second LLM call over the previous reasoning, the query and the
 documents, condenses them into the "Final Information" that goes back into the reasoning as
 ``<|begin_search_result|> ... <|end_search_result|>``; then the model goes on. A trajectory
-ends when a turn asks for no search; its answer (the last turn's text after its last
-``</think>``) is ranked by `agents.graphs.search_loop`.
+ends when a turn asks for no search (or an empty one); its output is ranked by
+`agents.graphs.search_loop` as R2MED ranks Search-o1's outputs.
 
-Limits follow Search-o1's code: past ``max_searches`` or for a query already searched, the
-result block holds their canned message instead of documents. Ours: an empty query gets a
-canned message too, and ``max_turns`` reasoning calls end the trajectory even if the model
-still wants to search (a "limit" step says so). An output cut at max_tokens inside an
-unclosed search query is unfinished reasoning, not a search: the trajectory ends with it.
+As sunnynexus/Search-o1 ``scripts/run_search_o1.py`` runs single-question QA (the instruction
+R2MED's queries get, ``get_singleqa_search_o1_instruction``): up to ``max_searches`` 5 searches
+(L198-205) in ``max_turns`` 15 reasoning calls (L80-84), ``top_k`` 10 documents, each shown up
+to ``doc_chars`` 6,000 characters (``max_doc_len * 2``, L640-644, the page's start when no
+snippet locates it: our documents have none); past the limit or for a query already searched
+the result block holds their canned message (L596-608), and the model goes on. What
+Reason-in-Documents found is read as ``scripts/evaluate.py`` L20-29 reads it (``information``
+option ``original``): the text after the last "\n**Final Information**" with its newlines
+deleted, else after "\n**Modified Reasoning Steps**", else "No helpful information found.".
+
+Ours, each an option: ``information=lenient`` also takes "Final Information:" and
+un-starred headings, joins lines with spaces and falls back to the whole reply (small models
+rarely write the heading exactly); ``max_refusals=N`` ends a trajectory after N refused
+searches in a row (0, the original: never). An output cut at max_tokens inside an unclosed
+search query is unfinished reasoning, not a search: the trajectory ends with it.
 
 LLM modes (option ``llm_mode``, see agents/graphs/search_loop.py): ``local/`` models continue
 their own partial assistant turn, as Search-o1 runs with vLLM; chat APIs (litellm providers,
@@ -27,7 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.graphs.context import AgentContext, answer_text, llm_step, search_step
+from agents.graphs.context import AgentContext, llm_step, search_step
+from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
     build_messages,
@@ -38,7 +49,7 @@ from agents.graphs.search_loop import (
     resolve_llm_mode,
     transcript,
 )
-from prompts import format_docs
+from agents.llm.text import answer_text
 from retrievers.base import SearchRequest
 
 BEGIN_QUERY = "<|begin_search_query|>"
@@ -46,22 +57,23 @@ END_QUERY = "<|end_search_query|>"
 BEGIN_RESULT = "<|begin_search_result|>"
 END_RESULT = "<|end_search_result|>"
 
-# Search-o1's own canned results (scripts/run_search_o1.py); the empty-query one is ours.
+# Search-o1's own canned texts (scripts/run_search_o1.py L597, L603; scripts/evaluate.py L29).
 REPEATED_QUERY = "You have searched this query. Please refer to previous results."
 SEARCH_LIMIT = "The maximum search limit is exceeded. You are not allowed to search."
-EMPTY_QUERY = f"Empty search query. Write your query between {BEGIN_QUERY} and {END_QUERY}."
 NO_INFORMATION = "No helpful information found."
 
 DOC_TEMPLATE = "**Document {i}:**\n{text}\n"  # theirs: "**Web Page {i}:**\n" + the page as JSON
+INFORMATION_READERS = ("original", "lenient")
 
 DEFAULTS: dict[str, Any] = {
     "final_ranking": "answer",
-    "max_searches": 10,
+    "max_searches": 5,
     "max_turns": 15,
     "top_k": 10,
     "llm_mode": "auto",
-    "doc_words": 400,  # each document is cut to this many words for Reason-in-Documents
-    "max_refusals": 2,  # end after this many refused searches in a row (0: never, as Search-o1)
+    "doc_chars": 6000,  # each document shown up to this many characters
+    "information": "original",  # how Reason-in-Documents' reply is read: original | lenient
+    "max_refusals": 0,  # end after this many refused searches in a row (0: never, as Search-o1)
 }
 PROMPTS = ("search-o1", "search-o1/documents", "search-o1/chat")
 
@@ -91,13 +103,19 @@ def truncate_reasoning(reasoning: str) -> str:
     return kept.strip("\n")
 
 
-def final_information(text: str) -> str:
-    """What Reason-in-Documents found: the text after its last "Final Information" heading.
-
-    Search-o1 deletes the newlines (``replace("\\n", "")``) so the result stays one step for
-    `truncate_reasoning`; we join the lines with spaces, which keeps that and the word breaks.
-    Without the heading the whole answer is used.
-    """
+def final_information(text: str, reader: str = "original") -> str:
+    """What Reason-in-Documents found, read as Search-o1 reads it (``original``,
+    scripts/evaluate.py L20-29) or leniently (see the module docstring)."""
+    if reader == "original":
+        # theirs: .strip("```"), which is .strip("`")
+        info, steps = "\n**Final Information**", "\n**Modified Reasoning Steps**"
+        if info in text:
+            return text.split(info)[-1].replace("\n", "").strip("`").strip()
+        if steps in text:
+            return text.split(steps)[-1].strip("`").strip()
+        return NO_INFORMATION
+    # lenient: after the last heading in any of its forms, lines joined with spaces (which
+    # keeps the result one step for `truncate_reasoning` and keeps the word breaks)
     text = answer_text(text)
     for marker in ("**Final Information**", "Final Information:"):
         if marker in text:
@@ -115,6 +133,11 @@ def canned_segment(message: str) -> dict[str, Any]:
     return env_segment(f"\n{BEGIN_RESULT}\n{message}\n{END_RESULT}\n")
 
 
+def format_documents(texts: list[str], max_chars: int) -> str:
+    """The documents as Reason-in-Documents sees them, each cut to ``max_chars`` characters."""
+    return "".join(DOC_TEMPLATE.format(i=i, text=t[:max_chars]) for i, t in enumerate(texts, 1))
+
+
 def final_answer(segments: list[dict[str, Any]]) -> str:
     """The last turn's text after its last ``</think>``, without an unexecuted search call."""
     last = next((s["text"] for s in reversed(segments) if s["role"] == "model"), "")
@@ -122,6 +145,8 @@ def final_answer(segments: list[dict[str, Any]]) -> str:
 
 
 def build_graph(ctx: AgentContext) -> Any:
+    if ctx.generations is not None:
+        return replay_graph("search-o1", ctx)
     from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
 
     options = ctx.options
@@ -157,7 +182,7 @@ def build_graph(ctx: AgentContext) -> Any:
         }
 
     def after_reason(state: SearchO1State) -> str:
-        if state.get("call") is None:
+        if not state.get("call"):  # no search, or an empty one: finished (L533, L610-613)
             return "final"
         return "limit" if state["turns"] >= max_turns else "search"
 
@@ -203,10 +228,10 @@ def build_graph(ctx: AgentContext) -> Any:
         prompt = documents_prompt.render(
             prev_reasoning=truncate_reasoning(transcript(segments)),
             search_query=state["call"],
-            documents=format_docs(texts, options["doc_words"], DOC_TEMPLATE),
+            documents=format_documents(texts, options["doc_chars"]),
         )
         text, step = await llm_step(ctx, "documents", [{"role": "user", "content": prompt}])
-        information = final_information(text)
+        information = final_information(text, options["information"])
         step["information"] = information
         return {
             "steps": [step],
@@ -228,7 +253,7 @@ def build_graph(ctx: AgentContext) -> Any:
         return {"steps": [{"node": "limit", "reason": reason}]}
 
     async def final(state: SearchO1State) -> dict:
-        return await final_ranking(ctx, state, final_answer(state.get("segments", [])))
+        return await final_ranking(ctx, state, "search-o1", final_answer(state.get("segments", [])))
 
     graph = StateGraph(SearchO1State)
     graph.add_node("reason", reason)
@@ -250,8 +275,6 @@ def _refusal(
     query: str, searches: int, max_searches: int, queries: list[str]
 ) -> tuple[str, str] | None:
     """Why a search is not made, and the canned result that says so; None to search."""
-    if not query:
-        return "empty query", EMPTY_QUERY
     if searches >= max_searches:  # Search-o1 checks the limit before the repeat
         return "search limit", SEARCH_LIMIT
     if query in queries:

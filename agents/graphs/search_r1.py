@@ -1,21 +1,26 @@
 """Search-R1 (Jin et al., 2025, arXiv 2503.09516): a model trained to think, search and answer.
 
-The model writes ``<think>...</think>``, then either ``<search> q </search>`` (generation stops
-there; the top_k documents come back as ``<information>...</information>``) or
-``<answer>...</answer>``, which ends the trajectory. Only the newest turn is parsed; its last
-opened tag is the action (the stop strings end the text right after it). A turn with neither
-gets Search-R1's "My previous action is invalid" message and the model tries again.
+The loop is Search-R1's evaluation rollout (PeterGriffinJin/Search-R1
+``search_r1/llm_agent/generation.py`` L220-319, ``run_llm_loop``):
 
-Turns: ``max_turns`` reasoning calls in all. The last one may not search: before it the agent
-adds a nudge (prompts/search-r1/final.txt), and it stops only at ``</answer>``; a search
-written in it is ignored and a "limit" step notes it. (Search-R1 itself runs ``max_turns``
-search turns and then one more generation with search off, without a nudge.)
+* Up to ``max_turns`` (4, ``scripts/nq_hotpotqa/evaluate.sh``) search turns. Each turn's text
+  ends at its first ``</search>`` or ``</answer>`` (L61-66: the stop strings here); its action
+  is the first complete ``<search>...</search>`` or ``<answer>...</answer>`` in it (L422). An
+  answer ends the trajectory; a search (its content stripped, empty or not) returns the top
+  ``top_k`` (3) documents as ``\\n\\n<information>...</information>\\n\\n`` (L391); a turn with
+  neither gets Search-R1's "My previous action is invalid" message (L396-398).
+* Each observation, the whole block with its tags, is cut to ``obs_tokens`` (500,
+  ``data.max_obs_length``) tokens of the model's tokenizer (L87-89).
+* If no answer came, one more turn with search off and nothing added before it (L278-310): a
+  search written there is not run. Option ``final_nudge`` (ours, off) adds
+  prompts/search-r1/final.txt before that turn, asking for the answer.
 
-Final ranking (default ``answer``, see agents/graphs/search_loop.py): Search-R1's answers are
-short by design ("without detailed illustrations", e.g. "<answer> Beijing </answer>"), so the
-passage searched is the last turn's last ``<think>`` followed by the ``<answer>``; the think is
-where the medical content a retriever can match lives. With no ``<answer>`` at all, the last
-turn's text without tags is used.
+Documents are formatted as Search-R1's ``_passages2string`` (L460-469) formats its retrieval
+server's ``contents``: the first line is the title, ``Doc i(Title: <first line>) <rest>``.
+
+Final ranking (default ``answer``, see agents/graphs/search_loop.py): the trajectory's output is
+read as R2MED reads its Search-R1 outputs (``src/base.py`` L29-34): the first ``<answer>``, and
+searched alone by BM25, averaged with the query by dense retrievers.
 
 LLM modes as for search-o1: ``local/`` models continue the partial assistant turn, as
 Search-R1's rollout appends observations to the response; chat APIs get them as user messages.
@@ -30,71 +35,84 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents.graphs.context import AgentContext, llm_step, search_step
+from agents.graphs.context import AgentContext, llm_call, search_step
+from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
     build_messages,
     env_segment,
     final_ranking,
     model_segment,
-    parse_call,
     resolve_llm_mode,
-    strip_tags,
 )
-from prompts import format_docs
 from retrievers.base import SearchRequest
 
 SEARCH, END_SEARCH = "<search>", "</search>"
 ANSWER, END_ANSWER = "<answer>", "</answer>"
 
-# Search-R1's own text (search_r1/llm_agent/generation.py, execute_predictions).
+# Search-R1's own text (search_r1/llm_agent/generation.py L396-398, execute_predictions).
 INVALID_ACTION = (
     "\nMy previous action is invalid. "
     "If I want to search, I should put the query between <search> and </search>. "
     "If I want to give the final answer, I should put the answer between <answer> and "
     "</answer>. Let me try again.\n"
 )
-# Theirs is "Doc {i}(Title: {title}) {text}\n" over Wikipedia's "title\ntext"; our corpora
-# have no titles, so the title part is left out.
-DOC_TEMPLATE = "Doc {i} {text}\n"
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)  # generation.py L422
 
 DEFAULTS: dict[str, Any] = {
     "final_ranking": "answer",
-    "max_turns": 4,
+    "max_turns": 4,  # search turns; one more without search follows
     "top_k": 3,
+    "obs_tokens": 500,  # each <information> block cut to this many tokens (0: no cut)
+    "final_nudge": False,  # ours: ask for the answer before the turn without search
     "llm_mode": "auto",
-    "doc_words": 400,  # Search-R1's Wikipedia passages are ~100 words; R2MED's can be long
 }
 PROMPTS = ("search-r1", "search-r1/chat", "search-r1/final")
 
-_THINK = re.compile(r"<think>(.*?)(?:</think>|$)", re.DOTALL)
 
+def parse_action(
+    text: str, finish_reason: str | None = "stop", stop_reason: str | None = None
+) -> tuple[str | None, str | None, str]:
+    """A turn's action as Search-R1 reads it: ("search" | "answer" | None, its stripped
+    content, the text kept: everything up to and including the first closing tag).
 
-def parse_action(text: str, finish_reason: str | None) -> tuple[str | None, str | None, str]:
-    """The newest turn's action: ("search" | "answer" | None, its content, text to keep).
-
-    The later-opened of ``<search>`` and ``<answer>`` is the action. An unclosed answer counts
-    (it can only end the trajectory); an unclosed search cut at max_tokens, or an empty one,
-    is no action.
+    The stop strings end a turn before its closing tag, so a turn that stopped at one gets the
+    tag back first, as Search-R1's rollout holds it: the one the backend names
+    (``stop_reason``), else the later-opened tag's; a turn cut at max_tokens gets none.
     """
-    if text.rfind(ANSWER) > text.rfind(SEARCH):
-        answer, kept = parse_call(text, ANSWER, END_ANSWER, None)
-        return "answer", answer, kept
-    query, kept = parse_call(text, SEARCH, END_SEARCH, finish_reason)
-    if not query:
-        return None, None, text
-    return "search", query, kept
+    cut = len(text)
+    for tag in (END_SEARCH, END_ANSWER):  # generation.py L61-66: the first </search>, else ...
+        at = text.find(tag)
+        if at >= 0:
+            cut = at + len(tag)
+            break
+    else:
+        if stop_reason in (END_SEARCH, END_ANSWER):
+            text, cut = text + stop_reason, len(text) + len(stop_reason)
+        elif finish_reason != "length":
+            opened = max(text.rfind(SEARCH), text.rfind(ANSWER))
+            if opened >= 0:
+                tag = END_SEARCH if text.rfind(SEARCH) == opened else END_ANSWER
+                text, cut = text + tag, len(text) + len(tag)
+    kept = text[:cut]
+    match = _ACTION.search(kept)
+    if match is None:
+        return None, None, kept
+    return match.group(1), match.group(2).strip(), kept
 
 
-def answer_passage(text: str, answer: str | None) -> str:
-    """What the final ranking searches: the turn's last think, then its answer."""
-    if answer is None:
-        return strip_tags(text)
-    thinks = _THINK.findall(text)
-    return "\n".join(part.strip() for part in (thinks[-1] if thinks else "", answer) if part)
+def format_passages(texts: list[str]) -> str:
+    """Search-R1's ``_passages2string``: the first line of each text is its title."""
+    out = ""
+    for i, content in enumerate(texts, 1):
+        title, _, rest = content.partition("\n")
+        out += f"Doc {i}(Title: {title}) {rest}\n"
+    return out
 
 
 def build_graph(ctx: AgentContext) -> Any:
+    if ctx.generations is not None:
+        return replay_graph("search-r1", ctx)
     from langgraph.graph import END, START, StateGraph  # here: naming an agent is free
 
     options = ctx.options
@@ -102,35 +120,33 @@ def build_graph(ctx: AgentContext) -> Any:
     max_turns = options["max_turns"]
     prompt = ctx.prompts.get("search-r1")
     chat_prompt = ctx.prompts.get("search-r1", "chat")
-    final_nudge = ctx.prompts.get("search-r1", "final")
+    final_nudge = ctx.prompts.get("search-r1", "final") if options["final_nudge"] else None
 
     async def reason(state: SearchState) -> dict:
         turns = state.get("turns", 0) + 1
-        last = turns >= max_turns
+        last = turns > max_turns  # the rollout after the search turns: search is off
         segments = list(state.get("segments", []))
-        if last:
+        if last and final_nudge is not None:
             segments.append(env_segment(final_nudge.text, wrap=False))
         messages = build_messages(prompt.render(query=state["query"]), segments, mode, chat_prompt)
-        stop = [END_ANSWER] if last else [END_SEARCH, END_ANSWER]
-        text, step = await llm_step(ctx, "reason", messages, stop=stop)
-        action, content, kept = parse_action(text, step["finish_reason"])
-        if last and action == "search":
-            action, content = None, None
+        completion, step = await llm_call(ctx, "reason", messages, stop=[END_SEARCH, END_ANSWER])
+        action, content, kept = parse_action(
+            completion.text, completion.finish_reason, completion.stop_reason
+        )
         step |= {"llm_mode": mode, "action": action, "content": content, "final_turn": last}
         step["prompt"] = {"name": prompt.name, "sha256": prompt.sha256}
         steps = [step]
         segments.append(model_segment(kept))
-        if last and SEARCH in text:
-            steps.append(
-                {"node": "limit", "reason": "final turn: no search allowed; its search is ignored"}
-            )
-        if action is None and not last:
+        if last and action == "search":
+            steps.append({"node": "limit", "reason": "the turn after the search turns: its "
+                          "search is not run"})  # fmt: skip
+        elif action is None and not last:
             segments.append(env_segment(INVALID_ACTION, wrap=False))
         return {
             "steps": steps,
             "segments": segments,
             "turns": turns,
-            "call": content if action == "search" else None,
+            "call": content if action == "search" and not last else None,
             "done": action == "answer" or last,
             "generated": {"answer": content} if action == "answer" else {},
         }
@@ -138,14 +154,17 @@ def build_graph(ctx: AgentContext) -> Any:
     def after_reason(state: SearchState) -> str:
         if state["done"]:
             return "final"
-        return "search" if state.get("call") else "reason"
+        return "search" if state.get("call") is not None else "reason"
 
     async def search(state: SearchState) -> dict:
         ranking, step = search_step(
             ctx.retriever, "search", SearchRequest(query=state["call"]), options["top_k"]
         )
-        docs = format_docs([ctx.corpus[d] for d in ranking], options["doc_words"], DOC_TEMPLATE)
+        docs = format_passages([ctx.corpus[d] for d in ranking])
         observation = f"\n\n<information>{docs.strip()}</information>\n\n"
+        if options["obs_tokens"] and ctx.llm is not None:
+            observation, counted = ctx.llm.truncate_tokens(observation, options["obs_tokens"])
+            step["obs_tokens"] = {"limit": options["obs_tokens"], "counted_by": counted}
         return {
             "steps": [step],
             "retrieved": [list(ranking)],
@@ -154,12 +173,10 @@ def build_graph(ctx: AgentContext) -> Any:
         }
 
     async def final(state: SearchState) -> dict:
-        segments = state.get("segments", [])
-        newest = next((s["text"] for s in reversed(segments) if s["role"] == "model"), "")
         answer = state.get("generated", {}).get("answer")
-        update = await final_ranking(ctx, state, answer or "", answer_passage(newest, answer))
+        update = await final_ranking(ctx, state, "search-r1", answer or "")
         if answer is None:
-            update["steps"][0]["note_answer"] = "no <answer>; searched the last turn's text"
+            update["steps"][0]["note_answer"] = "no <answer> in the trajectory"
         return update
 
     graph = StateGraph(SearchState)
@@ -171,4 +188,4 @@ def build_graph(ctx: AgentContext) -> Any:
     graph.add_edge("search", "reason")
     graph.add_edge("final", END)
     # Two nodes per turn plus the final one: our turn limit always ends the run first.
-    return graph.compile().with_config(recursion_limit=2 * max_turns + 10)
+    return graph.compile().with_config(recursion_limit=2 * max_turns + 12)

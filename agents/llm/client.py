@@ -96,6 +96,7 @@ _AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "
 _MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
 
 LLAMACPP_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+OPEN_SAMPLING = ("top_k", "repetition_penalty")  # open-model servers' own sampling parameters
 
 # The Router's name for the replicas of one model, and how long a failed replica rests.
 ROUTED = "replicas"
@@ -310,8 +311,17 @@ class LLM:
             request["chat_template_sha256"] = self._template.sha256
             # llama.cpp's samplers default to top_k 40, min_p 0.05 and (llama-cpp-python's
             # server) repeat_penalty 1.1; neutral values make temperature and top_p mean what
-            # they mean in the OpenAI API, as the embedded provider does
-            request["extra_body"] = {**LLAMACPP_NEUTRAL, **request.get("extra_body", {})}
+            # they mean in the OpenAI API, as the embedded provider does. Asked-for top_k and
+            # repetition_penalty (agents.llm.sampling) go by llama.cpp's names.
+            asked = {k: request.pop(k) for k in OPEN_SAMPLING if k in request}
+            if "repetition_penalty" in asked:
+                asked["repeat_penalty"] = asked.pop("repetition_penalty")
+            request["extra_body"] = {**LLAMACPP_NEUTRAL, **asked, **request.get("extra_body", {})}
+        elif self.server in CHAT_CONTINUING:
+            # vLLM's and SGLang's own sampling parameters, outside the OpenAI schema
+            asked = {k: request.pop(k) for k in OPEN_SAMPLING if k in request}
+            if asked:
+                request["extra_body"] = {**asked, **request.get("extra_body", {})}
         cache = self._open_cache()
         key = None
         if cache is not None:
@@ -348,6 +358,28 @@ class LLM:
             cache.set(key, entry)
         completion = _from_entry(entry, latency, cached=False)
         return self._record(completion)
+
+    def truncate_tokens(self, text: str, limit: int) -> tuple[str, str]:
+        """``text`` cut to its first ``limit`` tokens, and how they were counted: the embedded
+        model's own tokenizer (exact), else litellm's tokenizer for the model (its Hugging
+        Face tokenizer where litellm knows one and it is cached, else tiktoken's cl100k_base:
+        an approximation)."""
+        if self.model.startswith("local/"):
+            from agents.llm.local import tokenizer
+
+            tok = tokenizer(self.model.removeprefix("local/"), self.cache_dir)
+            ids = tok.tokenize(text)
+            how = f"{self.model}'s own tokenizer"
+            return (text if len(ids) <= limit else tok.detokenize(ids[:limit])), how
+        saved = litellm.disable_hf_tokenizer_download
+        litellm.disable_hf_tokenizer_download = True  # no network for a count
+        try:
+            ids = litellm.encode(model=self.model, text=text)
+            if len(ids) > limit:
+                text = litellm.decode(model=self.model, tokens=ids[:limit])
+        finally:
+            litellm.disable_hf_tokenizer_download = saved
+        return text, "litellm's tokenizer for the model (approximate unless it is the model's)"
 
     def __repr__(self) -> str:
         # A caller may pass api_key in params; a printed or logged client must not show it.

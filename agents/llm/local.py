@@ -324,6 +324,9 @@ def _close_models() -> None:
     for loaded in _loaded.values():
         loaded.llm.close()
     _loaded.clear()
+    for tok in _tokenizers.values():
+        tok.llm.close()
+    _tokenizers.clear()
 
 
 def load_model(
@@ -362,6 +365,40 @@ def load_model(
         return _loaded[key]
 
 
+@dataclass
+class Tokenizer:
+    """A local model's vocabulary alone (no weights, no context): its exact token counts."""
+
+    name: str
+    llm: Any
+
+    def tokenize(self, text: str, add_bos: bool = False) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=True)
+
+    def detokenize(self, ids: list[int]) -> str:
+        # a cut may end inside a UTF-8 sequence: drop the fragment, as generation does
+        return self.llm.detokenize(ids, special=True).decode("utf-8", errors="ignore")
+
+
+_tokenizers: dict[str, Tokenizer] = {}
+
+
+def tokenizer(name: str, cache_dir: Path | None = None) -> Tokenizer:
+    """The process-wide tokenizer of a local model, loaded (vocabulary only) at first use."""
+    short, _ = _lookup(name)
+    with _loading:
+        if short not in _tokenizers:
+            from llama_cpp import Llama
+            from llama_cpp._utils import suppress_stdout_stderr
+
+            path = model_file(short, cache_dir)
+            # llama.cpp warns on stderr that a vocabulary has no context size
+            with suppress_stdout_stderr(disable=False):
+                llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+            _tokenizers[short] = Tokenizer(short, llm)
+    return _tokenizers[short]
+
+
 def _first_stop(text: bytes, stops: list[bytes], start: int) -> tuple[int, bytes] | None:
     """The earliest stop string in text[start:], by position (llama-cpp takes list order)."""
     hits = [(text.find(stop, start), stop) for stop in stops]
@@ -380,6 +417,8 @@ def generate(
     seed: int | None = None,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
+    top_k: int = 0,
+    repeat_penalty: float = 1.0,
     reuse_kv_cache: bool = False,
     logprobs: int | None = None,
 ) -> Generation:
@@ -425,15 +464,16 @@ def generate(
         finish_reason, stop_reason = "length", None
         start = time.perf_counter()
         first = None
-        # Neutral values for the knobs the OpenAI API does not have, so that temperature and
-        # top_p mean what they mean there.
+        # Neutral values by default for the knobs the OpenAI API does not have (top_k 0 is
+        # off), so that temperature and top_p mean what they mean there; vLLM's top_k and
+        # repetition_penalty when asked for (top_k -1 is vLLM's "off").
         tokens_out = llm.generate(
             tokens,
             temp=temperature,
             top_p=top_p,
-            top_k=0,
+            top_k=max(0, top_k),
             min_p=0.0,
-            repeat_penalty=1.0,
+            repeat_penalty=repeat_penalty,
             presence_penalty=presence_penalty,
             frequency_penalty=frequency_penalty,
         )
@@ -543,6 +583,8 @@ class LocalLLM(CustomLLM):
             seed=params.get("seed"),
             presence_penalty=float(params.get("presence_penalty", 0.0)),
             frequency_penalty=float(params.get("frequency_penalty", 0.0)),
+            top_k=int(params.get("top_k", 0)),
+            repeat_penalty=float(params.get("repetition_penalty", 1.0)),
             reuse_kv_cache=self.reuse_kv_cache,
             logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
         )

@@ -26,6 +26,8 @@ class StageContext:
     depth: int = 100
     prompts: PromptBook = field(default_factory=PromptBook)
     cache_dir: Path | None = None
+    # node -> the parameters its LLM calls are sent (agents.llm.sampling)
+    sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class Stage(Protocol):

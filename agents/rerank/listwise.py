@@ -16,8 +16,9 @@ from typing import Any
 
 # Light imports only: agents.registry pulls in agent graph modules, none of which import this
 # one, and agents.graphs.context needs no LLM library until a call is made.
-from agents.graphs.context import answer_text, llm_step
+from agents.graphs.context import llm_step
 from agents.llm.errors import is_context_overflow
+from agents.llm.text import answer_text
 from agents.rerank import StageContext
 from agents.specs import StageSpec
 
@@ -222,6 +223,7 @@ LISTWISE = StageSpec(
     "RankGPT listwise LLM reranking, sliding window from the bottom of the top-depth list up",
     "agents.rerank.listwise:build_listwise",
     uses_llm=True,
+    llm_nodes=("window",),
     prompts=("rerank-listwise",),
     defaults=DEFAULTS,
     check_options=check_options,
@@ -231,6 +233,7 @@ INSERTRANK = StageSpec(
     "InsertRank: listwise LLM reranking with each passage's first-stage score in the prompt",
     "agents.rerank.listwise:build_insertrank",
     uses_llm=True,
+    llm_nodes=("window",),
     prompts=("insertrank",),
     defaults=INSERTRANK_DEFAULTS,
     check_options=check_insertrank_options,

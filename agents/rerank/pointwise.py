@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.graphs.context import THINK_END, answer_text, llm_call
+from agents.graphs.context import llm_call
+from agents.llm.text import THINK_END, answer_text
 from agents.rerank import StageContext
 from agents.rerank.listwise import cut_words
 from agents.specs import StageSpec
@@ -209,6 +210,7 @@ POINTWISE = StageSpec(
     "the LLM judges each of the top-depth passages alone: P(yes) from logprobs, else a 0-3 grade",
     "agents.rerank.pointwise:build_pointwise",
     uses_llm=True,
+    llm_nodes=("judge",),
     prompts=(FAMILY,),
     defaults=DEFAULTS,
     check_options=check_options,

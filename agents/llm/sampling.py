@@ -1,0 +1,277 @@
+"""Sampling and length settings: what each LLM call is sent, per method, node and model family.
+
+Two presets (``--preset``):
+
+* ``default``: temperature 0 and 512 tokens a call, the settings the embedded demo is fast
+  with; models that reason get a budget their reasoning fits (open reasoning models 10,240
+  tokens, R2MED's budget for open models; OpenAI's reasoning models 25,000 completion tokens,
+  OpenAI's advice) and OpenAI's reasoning models get no temperature, which they refuse.
+* ``paper``: each method as its original ran it, per model family; `RULES` below gives every
+  value with its source (repository, file, line).
+
+Model families (`model_family`): ``open`` (an open model on a vLLM, SGLang or llama.cpp server,
+``hosted_vllm/`` models, or an embedded ``local/`` model), ``reasoning-api`` (OpenAI's
+reasoning models, o1, o3, o4-mini, GPT-5 and kin, as litellm's model map marks them: no
+temperature or top_p, reasoning counted in ``max_completion_tokens``) and ``api`` (any other
+provider's model).
+
+An explicit setting (``--temperature``, ``--top-p``, ``--top-k-sampling``, ``--seed``,
+``--repetition-penalty``, ``--max-tokens``) wins over the preset for every call. A parameter the
+family does not take is not sent, and `Sampling.not_sent` says why; the run records both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESETS = ("default", "paper")
+FAMILIES = ("api", "open", "reasoning-api")
+# the settings a user may give (LLMConfig's names) -> the parameter each overrides
+SETTINGS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k_sampling": "top_k",
+    "seed": "seed",
+    "repetition_penalty": "repetition_penalty",
+    "max_tokens": "max_tokens",
+}
+OPEN_ONLY = ("top_k", "repetition_penalty")  # vLLM's, SGLang's and llama.cpp's, not OpenAI's
+OPEN_SERVERS = ("vllm", "sglang", "llamacpp")
+REASONING_BUDGET = 25_000  # OpenAI, "Reasoning models": reserve at least 25,000 tokens
+OPEN_REASONING_BUDGET = 10_240  # R2MED src/generate_hypothetical_doc.py L222
+
+GENERATE = ("hyde", "query2doc", "lamer")
+R2MED_GEN = "R2MED/R2MED src/generate_hypothetical_doc.py"
+SEARCH_O1 = "sunnynexus/Search-o1 scripts/run_search_o1.py"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: what ``preset`` sends ``methods`` (at ``nodes``) on ``family``."""
+
+    preset: str
+    methods: tuple[str, ...]  # agent or stage names; ("*",) for every one
+    family: str
+    params: Mapping[str, Any]
+    source: str
+    nodes: tuple[str, ...] = ("*",)
+    # a condition on (model, stage or agent options), e.g. Search-o1's settings for QwQ
+    when: Callable[[str, Mapping[str, Any]], bool] | None = None
+
+    def matches(self, preset: str, method: str, node: str, family: str, model: str,
+                options: Mapping[str, Any]) -> bool:  # fmt: skip
+        return (
+            self.preset == preset
+            and self.family == family
+            and (self.methods == ("*",) or method in self.methods)
+            and (self.nodes == ("*",) or node in self.nodes)
+            and (self.when is None or self.when(model, options))
+        )
+
+
+def _qwq(model: str, options: Mapping[str, Any]) -> bool:
+    return "qwq" in model.lower()  # run_search_o1.py L212, L388-394: 'qwq' in model_path
+
+
+def _thinks(model: str, options: Mapping[str, Any]) -> bool:
+    from agents.llm.text import reasoning_parser
+
+    return reasoning_parser(model) != "none"
+
+
+def _reasons(model: str, options: Mapping[str, Any]) -> bool:
+    return bool(options.get("reason"))
+
+
+_O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-145
+RULES: tuple[Rule, ...] = (
+    # --- paper: R2MED's generation-augmented baselines --------------------------------------
+    Rule("paper", GENERATE, "open", {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
+         f"{R2MED_GEN} L204, L222: vLLM SamplingParams(temperature=0.7, seed=42, "
+         "max_tokens=10240)"),
+    Rule("paper", GENERATE, "api", {"temperature": 0.8, "top_p": 0.8},
+         f"{R2MED_GEN} L13, L96-102: temperature=0.8, top_p=0.8, no max_tokens"),
+    Rule("paper", GENERATE, "reasoning-api", {},
+         f"{R2MED_GEN} L96-102 (o3-mini goes through the API path, which sets no max_tokens; "
+         "its temperature and top_p are refused by the model)"),
+    # --- paper: BRIGHT's reasoning rewrite ------------------------------------------------
+    Rule("paper", ("reason",), "api", {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
+         "xlang-ai/BRIGHT reason.py L75-98: temperature=0.8, top_p=0.8, max_tokens=2048"),
+    Rule("paper", ("reason",), "open", {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
+         "xlang-ai/BRIGHT reason.py L75-98 (its HFModel, L108-125, samples alike)"),
+    Rule("paper", ("reason",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
+         "xlang-ai/BRIGHT reason.py L75-98, with a budget reasoning fits"),
+    # --- paper: Search-o1 -------------------------------------------------------------------
+    Rule("paper", ("search-o1",), "open",
+         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
+         f"{SEARCH_O1} L124-155, L210-212, L388-394 (QwQ: repetition_penalty 1.05, 20480 "
+         "tokens)", nodes=("reason",), when=_qwq),
+    Rule("paper", ("search-o1",), "open",
+         {**_O1_OPEN, "repetition_penalty": 1.0, "max_tokens": 8192},
+         f"{SEARCH_O1} L124-155, L210-212, L388-394 (other models: repetition_penalty 1.0, "
+         "8192 tokens)", nodes=("reason",)),
+    Rule("paper", ("search-o1",), "open",
+         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
+         f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+         nodes=("documents",), when=_qwq),
+    Rule("paper", ("search-o1",), "open",
+         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 8192},
+         f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+         nodes=("documents",)),
+    Rule("paper", ("search-o1",), "api", {"temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
+         f"{SEARCH_O1} L124-155, L388-394 (top_k and repetition_penalty are vLLM's only)"),
+    Rule("paper", ("search-o1",), "reasoning-api", {"max_completion_tokens": 20480},
+         f"{SEARCH_O1} L388-394: the budget it gives its reasoning model"),
+    # --- paper: Search-R1 -------------------------------------------------------------------
+    Rule("paper", ("search-r1",), "open", {"temperature": 0.0, "max_tokens": 500},
+         "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37 (max_response_length "
+         "500 a turn), verl/trainer/ppo/ray_trainer.py L478 + verl/workers/rollout/"
+         "vllm_rollout/vllm_rollout.py L163-170 (validation is greedy)"),
+    Rule("paper", ("search-r1",), "api", {"temperature": 0.0, "max_tokens": 500},
+         "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37, greedy validation"),
+    Rule("paper", ("search-r1",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
+         "Search-R1's turn budget (500) cannot hold a reasoning model's thinking"),
+    # --- paper: rerank stages ---------------------------------------------------------------
+    *(
+        Rule("paper", ("llm-listwise", "insertrank"), family, {"temperature": 0.0},
+             "sunnweiwei/RankGPT rank_gpt.py L186: temperature=0, no max_tokens")
+        for family in ("api", "open")
+    ),
+    *(
+        Rule("paper", ("llm-pointwise",), family, {"temperature": 0.0, "max_tokens": 8192},
+             "orionw/rank1 rank1.py L35, L86-91: temperature=0, max_output_tokens=8192",
+             when=_reasons)
+        for family in ("api", "open")
+    ),
+    # --- default: every call, and the paper preset's fallback for what no original ran -------
+    Rule("default", ("*",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
+         "default: no temperature (refused), a completion budget reasoning fits"),
+    Rule("default", ("*",), "open", {"temperature": 0.0, "max_tokens": OPEN_REASONING_BUDGET},
+         "default: temperature 0; a reasoning model's budget (R2MED's for open models)",
+         when=_thinks),
+    *(
+        Rule("default", ("*",), family, {"temperature": 0.0, "max_tokens": 512},
+             "default: temperature 0, 512 tokens")
+        for family in ("api", "open")
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What one kind of call is sent: ``params`` (each key's value as sent), where each came
+    from, and the parameters that were asked for but are not sent, with the reason."""
+
+    params: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+    not_sent: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"params": self.params, "sources": self.sources, "not_sent": self.not_sent}
+
+
+def model_family(model: str, server: str) -> str:
+    """``open``, ``reasoning-api`` or ``api`` (see the module docstring); ``server`` is the
+    resolved server kind (agents.llm.serving.resolve_server)."""
+    if model.startswith(("local/", "hosted_vllm/", "scripted/")) or server in OPEN_SERVERS:
+        return "open"
+    provider, _, name = model.partition("/")
+    if provider in ("openai", "azure") and name and _litellm_reasoning(model):
+        return "reasoning-api"
+    return "api"
+
+
+def _litellm_reasoning(model: str) -> bool:
+    try:
+        import litellm
+
+        return bool(litellm.supports_reasoning(model))
+    except Exception:  # a model litellm's map does not know
+        return False
+
+
+def resolve(
+    preset: str,
+    method: str,
+    node: str,
+    model: str,
+    server: str,
+    explicit: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Sampling:
+    """The parameters ``method``'s ``node`` calls send ``model`` under ``preset``.
+
+    The first matching rule of ``preset`` gives the values, else the first of ``default``; the
+    ``explicit`` settings (those not None) replace them key by key; then what the family does
+    not take is dropped, and said so.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    family = model_family(model, server)
+    options = options or {}
+    rule = next(
+        (r for p in dict.fromkeys((preset, "default")) for r in RULES
+         if r.matches(p, method, node, family, model, options)),
+    )  # fmt: skip
+    params = dict(rule.params)
+    sources = dict.fromkeys(params, rule.source)
+    for key, value in (explicit or {}).items():
+        if value is None:
+            continue
+        if key not in SETTINGS.values():
+            raise ValueError(f"unknown sampling parameter {key!r}; known: {', '.join(SETTINGS)}")
+        if key == "max_tokens" and family == "reasoning-api":
+            params.pop("max_tokens", None)
+            key = "max_completion_tokens"
+        params[key] = value
+        sources[key] = "given"
+    return _sendable(params, sources, family, model)
+
+
+def _sendable(
+    params: dict[str, Any], sources: dict[str, str], family: str, model: str
+) -> Sampling:
+    not_sent: dict[str, str] = {}
+
+    def drop(key: str, why: str) -> None:
+        if key in params:
+            params.pop(key)
+            sources.pop(key, None)
+            not_sent[key] = why
+
+    if family == "reasoning-api":
+        for key in ("temperature", "top_p"):
+            drop(key, f"{model} is a reasoning model: it refuses {key}")
+        if "max_tokens" in params:
+            params["max_completion_tokens"] = params.pop("max_tokens")
+            sources["max_completion_tokens"] = sources.pop("max_tokens")
+    if family != "open":
+        for key in OPEN_ONLY:
+            drop(key, f"{model} is an API model: only open-model servers take {key}")
+    if family == "api":
+        supported = _supported(model)
+        for key in ("temperature", "top_p", "seed"):
+            if supported is not None and key not in supported:
+                drop(key, f"litellm's map says {model}'s provider takes no {key}")
+    return Sampling(params, sources, not_sent)
+
+
+def _supported(model: str) -> list[str] | None:
+    try:
+        import litellm
+
+        _, provider, _, _ = litellm.get_llm_provider(model)
+        return litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:  # unknown to litellm: send what was asked
+        return None
+
+
+def describe(sampling: Sampling) -> str:
+    """One line for the console: what is sent, and what is not."""
+    sent = ", ".join(f"{k} {v}" for k, v in sampling.params.items()) or "nothing"
+    line = f"sends {sent}"
+    if sampling.not_sent:
+        line += "; not sent: " + "; ".join(f"{k} ({why})" for k, why in sampling.not_sent.items())
+    return line
