@@ -25,8 +25,9 @@ Calls per query in the bound: generate-then-retrieve agents make one; ``search-o
 ``max_turns`` reasoning calls (fewer when ``max_refusals`` stops a model stuck on refused
 searches: at most ``(max_searches + 1) * max_refusals``) plus one Reason-in-Documents call per
 search made, at most ``min(max_searches, reasoning calls - 1)``; ``search-r1`` at most
-``max_turns + 1`` (its search turns, then one with search off); ``tool-search`` at most ``max_turns``, every prompt from the second on holding
-every search and read the limits allow (``max_searches`` results of ``max_k`` snippets,
+``max_turns + 1`` (its search turns, then one with search off); ``tool-search`` at most
+``max_turns``, every prompt from the second on holding every search and read the limits
+allow (``max_searches`` results of ``max_k`` snippets,
 ``max_reads`` documents cut to ``doc_words``, all asked for in the first turn, the worst case)
 and one nudge per earlier turn, up to ``nudges``; ``llm-pointwise`` one per passage of its top
 ``depth``; listwise stages one per window of `agents.rerank.listwise.windows`. A first-stage

@@ -577,8 +577,9 @@ async def run_task(
             adopt_records(source[1] / folder.name, folder)  # the same stage on the same lists
         llm = llms[config.stage_llm(stage_config)] if STAGES[stage_config.kind].uses_llm else None
         stage = STAGES[stage_config.kind].build(
-            _stage_context(stage_config, task, config, llm, {task.name: prompts}, cache_dir,
-                           folder.name)  # fmt: skip
+            _stage_context(
+                stage_config, task, config, llm, {task.name: prompts}, cache_dir, folder.name
+            )  # fmt: skip
         )
         inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
         records = await run_queries(

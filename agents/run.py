@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from agents.config import (
     DEFAULT_MODEL,
@@ -18,14 +19,19 @@ from agents.config import (
     add_arguments,
     from_settings,
     settings_from_args,
+    to_dict,
 )
 from agents.llm.errors import LLMAuthError
+from agents.paper import paper_reference
 from agents.pipeline import HEADLINE, RunResult, TaskResult, run
 from agents.registry import AGENTS, STAGES
-from eval.datasets import R2MED_TASKS, DataError
+from eval.datasets import R2MED_TASKS, DataError, r2med_task_name
 from eval.files import describe_os_error
 from eval.report import leaderboard_markdown
 from retrievers.search import RETRIEVERS
+
+if TYPE_CHECKING:
+    from eval.references import Reference
 
 
 def _epilog() -> str:
@@ -78,12 +84,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def report(result: TaskResult) -> str:
-    """One task's line: the headline metric beside the no-LLM baseline, usage, failures."""
+def report(result: TaskResult, paper: Reference | None = None) -> str:
+    """One task's line: the headline metric beside the no-LLM baseline and, for a run that
+    reproduces a published row (`agents.paper`), the paper's figure; usage, failures."""
     summary = result.summary
     line = f"{result.folder}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
     if "bm25_baseline" in summary:
         line += f" (BM25 without LLM: {summary['bm25_baseline'][HEADLINE]:.5f})"
+    figure = paper.figure(result.name, HEADLINE) if paper is not None else None
+    if figure is not None:
+        line += f" (R2MED paper, {paper.row}: {figure:.5f})"
     u = summary["usage"]
     if u["calls"]:
         line += (
@@ -105,11 +115,12 @@ def main(argv: list[str] | None = None) -> int:
 
             print(format_estimate(estimate(config)), flush=True)
             return 0
+        paper = paper_reference(to_dict(config))
         result = run(
             config,
             overwrite=args.overwrite,
             progress=not args.quiet,
-            on_task=lambda task: print(report(task), flush=True),
+            on_task=lambda task: print(report(task, paper), flush=True),
         )
     except (ConfigError, DataError, ValueError) as e:  # every refusal is a one-line ValueError
         print(f"error: {e}", file=sys.stderr)
@@ -120,16 +131,24 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # a disk that fills up or turns read-only mid-run
         print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
         return 2
-    return print_summary(result)
+    return print_summary(result, paper)
 
 
-def print_summary(result: RunResult) -> int:
-    """The run's leaderboard and where it is; the exit status (1 when queries failed)."""
+def print_summary(result: RunResult, paper: Reference | None = None) -> int:
+    """The run's leaderboard, the paper's average over the same tasks when the run
+    reproduces a published row, and where it is; the exit status (1 when queries failed)."""
     table = leaderboard_markdown(
         {result.run_dir.name: {f: t.metrics[HEADLINE] for f, t in result.tasks.items()}},
         tasks=list(result.tasks),
     )
     print(table)
+    if paper is not None:
+        # by R2MED's name: a task run twice counts once, as in the paper
+        figures = {r2med_task_name(t.name): paper.figure(t.name) for t in result.tasks.values()}
+        values = [v for v in figures.values() if v is not None]
+        if values:
+            average = sum(values) / len(values) * 100
+            print(f"R2MED paper ({paper.row}): avg nDCG@10 {average:.2f} over the same tasks")
     print(f"wall time {result.seconds:.1f} s; run folder: {result.run_dir}")
     if result.failed:
         print(

@@ -98,8 +98,9 @@ def format_step(
         )
         lines.append(f"  top docs: {top or '(none)'}{_found(step['doc_ids'][:10], grades)}")
     if "source" in step and "messages" not in step:  # a text replayed from --generations
-        stripped = ", <think> part stripped" if step.get("stripped_think") else ""
-        lines.append(f"  replayed from {step['source']}{stripped}:")
+        parser = step.get("reasoning", "none")
+        how = f", read as a {parser} reasoning model" if parser != "none" else ""
+        lines.append(f"  replayed from {step['source']}{how}:")
         lines.append(_block(step.get("output") or "", limit))
     if step.get("node") == "tool":  # one tool call the agent ran, and what went back
         lines[0] += f"  {step['tool']}({step['arguments']})"[: WIDTH * 3]

@@ -21,6 +21,10 @@ Decisions worth knowing:
 * Usage is summed from the per-query records by ``Usage.add``, the runner's own rule, so a
   run's cost is unknown as soon as one call was unpriced; the priced part is then shown as a
   lower bound (see ``Cost``).
+* ``--reference r2med:<row>`` sets a published row (`eval.references`) beside the runs: its
+  figure for the metric on each compared task R2MED reports, and each run's difference from
+  it, per task and on the mean over those same tasks (never over tasks one side lacks). The
+  paper's figures are over every query of a task, so a run with ``--limit`` is noted.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from eval.argtypes import non_negative_int
+from eval.datasets import r2med_task_name
 from eval.evaluate import evaluate
 from eval.files import FolderError, writable_folder, write_text
 from eval.metrics import parse_metric
+from eval.references import Reference, UnknownReference, reference
 from eval.report import leaderboard_markdown, order_tasks
 from eval.runs import (
     TASK_METRICS_FILE,
@@ -160,6 +166,26 @@ class Cost:
         return f">= ${self.cost:.4f} ({self.priced}/{self.queries} queries priced)"
 
 
+@dataclass(frozen=True)
+class Published:
+    """A published row beside the runs: its figure for the metric on each compared task it
+    reports, and each run's difference from it (run − paper) per task and on "Avg", the mean
+    over those same tasks on both sides."""
+
+    reference: Reference
+    figures: dict[str, float]  # compared task -> the paper's value
+    differences: dict[str, dict[str, float]]  # run label -> task or "Avg" -> run − paper
+
+    @property
+    def label(self) -> str:
+        return self.reference.label
+
+    @property
+    def avg(self) -> float | None:
+        """The paper's mean over the compared tasks it reports (None when it reports none)."""
+        return sum(self.figures.values()) / len(self.figures) if self.figures else None
+
+
 @dataclass
 class Comparison:
     metric: str
@@ -176,6 +202,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     # the qrels the comparison used (and loaded), for the HTML report's relevance marks
     qrels: RunQrels = field(default_factory=RunQrels, repr=False, compare=False)
+    published: list[Published] = field(default_factory=list)  # --reference rows, in order
 
     def avg(self, label: str) -> float:
         values = [self.means[label][t] for t in self.tasks]
@@ -223,11 +250,13 @@ def compare_runs(
     cache_dir: Path | None = None,
     test: Test = "fisher",
     top: int = TOP_MOVERS,
+    references: Sequence[str | Reference] = (),
 ) -> Comparison:
     """Compare run folders on ``metric`` against ``baseline`` (default: the first of ``paths``).
 
     Qrels are loaded (from ``qrels_from``, else each run's configured dataset) only when a
-    task's ``per_query.jsonl`` lacks ``metric`` or ``qrels_from`` is given.
+    task's ``per_query.jsonl`` lacks ``metric`` or ``qrels_from`` is given. ``references``
+    (``r2med:<row>`` specs or `Reference` rows) are set beside the runs (`Published`).
     """
     try:
         parse_metric(metric)
@@ -235,6 +264,7 @@ def compare_runs(
         raise CompareError(str(e)) from None
     if test not in TESTS:
         raise CompareError(f"unknown test {test!r}; use one of {', '.join(TESTS)}")
+    refs = _references(references)
     paths = [Path(p) for p in paths]
     if baseline is not None and Path(baseline).resolve() not in [p.resolve() for p in paths]:
         paths.insert(0, Path(baseline))
@@ -297,6 +327,10 @@ def compare_runs(
         movers[label] = _movers(runs[label], runs[base_label], pooled_base, pooled, top)
 
     costs = {k: _cost(runs[k], tasks) for k in labels}
+    if clash := [r.label for r in refs if r.label in runs]:
+        raise CompareError(f"--reference {clash[0]!r}: a run has that label already")
+    published = [_published(r, tasks, means, metric) for r in refs]
+    notes.extend(_published_notes(published, runs, tasks, metric))
     return Comparison(
         metric=metric,
         test=test,
@@ -311,6 +345,7 @@ def compare_runs(
         costs=costs,
         notes=notes,
         qrels=qrels,
+        published=published,
     )
 
 
@@ -394,6 +429,79 @@ def _check_against_summary(
     return notes
 
 
+# ---- published figures ---------------------------------------------------------------------
+
+
+def _references(given: Sequence[str | Reference]) -> list[Reference]:
+    """The rows ``--reference`` names, each once, in the order given."""
+    out: dict[str, Reference] = {}
+    for item in given:
+        if isinstance(item, Reference):
+            ref = item
+        else:
+            try:
+                ref = reference(item)
+            except UnknownReference as e:
+                raise CompareError(f"--reference: {e}") from None
+        out.setdefault(ref.spec, ref)
+    return list(out.values())
+
+
+def _published(
+    ref: Reference, tasks: Sequence[str], means: Mapping[str, Mapping[str, float]], metric: str
+) -> Published:
+    figures = {t: v for t in tasks if (v := ref.figure(t, metric)) is not None}
+    differences: dict[str, dict[str, float]] = {}
+    for label, by_task in means.items():
+        diffs = {t: by_task[t] - v for t, v in figures.items()}
+        if figures:
+            run_avg = sum(by_task[t] for t in figures) / len(figures)
+            diffs["Avg"] = run_avg - sum(figures.values()) / len(figures)
+        differences[label] = diffs
+    return Published(ref, figures, differences)
+
+
+def _published_notes(
+    published: Sequence[Published], runs: Mapping[str, RunData], tasks: Sequence[str], metric: str
+) -> list[str]:
+    """What a reader must know before reading a difference from the paper."""
+    notes = []
+    foreign = [t for t in tasks if r2med_task_name(t) is None]
+    for p in published:
+        ref = p.reference
+        if foreign:
+            notes.append(
+                f"{p.label}: {', '.join(foreign)}: not R2MED's task(s), so no published figure "
+                "and no difference there"
+            )
+        lacking = [t for t in tasks if r2med_task_name(t) and t not in p.figures]
+        if lacking:
+            notes.append(f"{p.label}: R2MED's files hold no {metric} for {', '.join(lacking)}")
+        if not p.figures:
+            notes.append(f"{p.label}: no published {metric} for any compared task")
+            continue
+        covered = {r2med_task_name(t) for t in p.figures}
+        if missing := [t for t in ref.tasks if t not in covered]:
+            try:
+                average = ref.average(metric) * 100
+                own = f"; the paper's own Avg over its {len(ref.tasks)} tasks is {average:.2f}"
+            except ValueError:
+                own = ""
+            notes.append(
+                f"{p.label}: the runs lack {len(missing)} of its {len(ref.tasks)} tasks "
+                f"({', '.join(missing)}): its Avg and the differences on Avg are over the "
+                f"{len(p.figures)} compared{own}"
+            )
+    if published:
+        for label, run in runs.items():
+            if limit := run.config.get("limit"):
+                notes.append(
+                    f"{label}: run on the first {limit} queries of each task; the published "
+                    "figures are over all of them"
+                )
+    return notes
+
+
 # ---- deltas, movers, cost ------------------------------------------------------------------
 
 
@@ -471,7 +579,31 @@ def _cost(run: RunData, tasks: Sequence[str]) -> Cost:
 
 
 def leaderboard_rows(c: Comparison) -> dict[str, dict[str, float]]:
-    return {label: dict(c.means[label]) for label in c.labels}
+    """The runs' means by task, then each published row's figures (the tasks it reports)."""
+    rows = {label: dict(c.means[label]) for label in c.labels}
+    return rows | {p.label: dict(p.figures) for p in c.published}
+
+
+def published_markdown(c: Comparison) -> str:
+    """Each run's difference from each published row, ×100, with where the figures are from."""
+    out = [
+        "## Against the published figures\n",
+        f"Each run's {c.metric} minus the paper's, ×100, on every compared task the paper "
+        "reports; Avg is the mean over those tasks on both sides (the notes say which are "
+        "missing). The figures are R2MED's own files:\n",
+    ]
+    out += [f"- {p.label}: {p.reference.source}" for p in c.published]
+    out.append("")
+    columns = [*c.tasks, "Avg"]
+    out.append("| run | paper row | " + " | ".join(columns) + " |")
+    out.append("|---|---|" + "|".join(["---:"] * len(columns)) + "|")
+    for p in c.published:
+        for label in c.labels:
+            diffs = p.differences[label]
+            cells = [f"{diffs[t] * 100:+.2f}" if t in diffs else "-" for t in columns]
+            out.append(f"| {label} | {p.reference.row} | " + " | ".join(cells) + " |")
+    out.append("")
+    return "\n".join(out)
 
 
 def comparison_markdown(c: Comparison) -> str:
@@ -481,6 +613,8 @@ def comparison_markdown(c: Comparison) -> str:
         f"## Leaderboard ({c.metric} ×100)\n",
         leaderboard_markdown(leaderboard_rows(c), c.tasks, c.metric),
     ]
+    if c.published:
+        out.append(published_markdown(c))
     out.append("## Runs\n")
     out.append("| run | folder | dataset | limit | prompts |")
     out.append("|---|---|---|---:|---|")
@@ -615,8 +749,26 @@ def write_comparison(
             [label, str(c.runs[label].path), *(f"{c.means[label][t]:.5f}" for t in c.tasks),
              f"{c.avg(label):.5f}"]
             for label in c.labels
+        ]
+        + [
+            [p.label, _published_location(p.reference),
+             *(f"{p.figures[t]:.5f}" if t in p.figures else "" for t in c.tasks),
+             f"{p.avg:.5f}" if p.avg is not None else ""]
+            for p in c.published
         ],
     )  # fmt: skip
+    if c.published:
+        put_csv(
+            "published.csv",
+            ["run", "reference", "task", "run_mean", "paper", "difference"],
+            [
+                [label, p.reference.spec, task, f"{run_mean:.5f}", f"{paper:.5f}",
+                 f"{p.differences[label][task]:.5f}"]
+                for p in c.published
+                for label in c.labels
+                for task, run_mean, paper in _published_cells(c, p, label)
+            ],
+        )  # fmt: skip
     put_csv(
         "deltas.csv",
         ["run", "baseline", "task", "n", "baseline_mean", "run_mean", "delta",
@@ -638,6 +790,19 @@ def write_comparison(
         "avg": {k: c.avg(k) for k in c.labels},
         "deltas": {k: {t: asdict(d) for t, d in v.items()} for k, v in c.deltas.items()},
         "cost": {k: asdict(v) for k, v in c.costs.items()},
+        "published": [
+            {
+                "row": p.reference.row,
+                "label": p.label,
+                "repository": p.reference.repository,
+                "commit": p.reference.commit,
+                "path": p.reference.path,
+                "figures": p.figures,
+                "avg": p.avg,
+                "differences": p.differences,
+            }
+            for p in c.published
+        ],
         "notes": c.notes,
     }
     put("comparison.json", json.dumps(summary, indent=2) + "\n")
@@ -656,6 +821,22 @@ def write_comparison(
 
         written.append(write_report(c, out / "report.html", figures))
     return written
+
+
+def _published_location(ref: Reference) -> str:
+    """The row's folder in R2MED's repository at its commit, as a browsable address."""
+    from urllib.parse import quote
+
+    return f"{ref.repository}/tree/{ref.commit}/{quote(ref.path)}"  # "base retriever": %20
+
+
+def _published_cells(c: Comparison, p: Published, label: str) -> list[tuple[str, float, float]]:
+    """(task or "Avg", the run's mean, the paper's) for every task the paper reports."""
+    cells = [(t, c.means[label][t], v) for t, v in p.figures.items()]
+    if p.avg is not None:
+        run_avg = sum(c.means[label][t] for t in p.figures) / len(p.figures)
+        cells.append(("Avg", run_avg, p.avg))
+    return cells
 
 
 def _delta_cell(d: Delta) -> str:
@@ -691,6 +872,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="dataset whose qrels to use (default: each run's own, loaded only if needed)",
     )
     p.add_argument("--cache-dir", type=Path, default=None, help="as agents.run's")
+    p.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="r2med:ROW",
+        help="a published row to set beside the runs (repeatable; python -m eval.references "
+        "list shows them), e.g. r2med:hyde/qwen-7b/bm25",
+    )
     p.add_argument("--no-plots", action="store_true", help="no tasks.png and cost.png")
     p.add_argument(
         "--html",
@@ -705,6 +894,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
     try:
+        references = _references(args.reference)  # refused before --out is made
         writable_folder(out, "--out")
         comparison = compare_runs(
             args.runs,
@@ -714,6 +904,7 @@ def main(argv: list[str] | None = None) -> int:
             cache_dir=args.cache_dir,
             test=args.test,
             top=args.top,
+            references=references,
         )
     except (CompareError, FolderError, OSError, json.JSONDecodeError) as e:
         print(f"error: {e}", file=sys.stderr)

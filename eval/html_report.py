@@ -261,6 +261,44 @@ def _leaderboard(c: Comparison) -> list[dict[str, Any]]:
     return rows
 
 
+def _published(c: Comparison) -> list[dict[str, Any]]:
+    """The published rows (``--reference``) as the leaderboard shows them, ×100, and each
+    run's difference from each of them."""
+    rows = []
+    for p in c.published:
+        avg = "" if p.avg is None else f"{p.avg * 100:.2f}"
+        if avg and len(p.figures) < len(c.tasks):
+            avg += "*"  # over fewer tasks than the runs' Avg, as in report.md
+        differences = []
+        for label in c.labels:
+            diffs = p.differences[label]
+            differences.append(
+                {
+                    "label": label,
+                    "cells": [_difference(diffs.get(t)) for t in [*c.tasks, "Avg"]],
+                }
+            )
+        rows.append(
+            {
+                "row": p.reference.row,
+                "label": p.label,
+                "source": p.reference.source,
+                "cells": [f"{p.figures[t] * 100:.2f}" if t in p.figures else "-" for t in c.tasks],
+                "avg": avg or "-",
+                "differences": differences,
+            }
+        )
+    return rows
+
+
+def _difference(value: float | None) -> dict[str, str]:
+    if value is None:
+        return {"text": "-", "class": ""}
+    text = f"{value * 100:+.2f}"
+    direction = "up" if float(text) > 0 else "down" if float(text) < 0 else ""
+    return {"text": text, "class": direction}
+
+
 def render_report(c: Comparison, svgs: Mapping[str, str]) -> str:
     """The page's HTML for comparison ``c`` with the charts' inline SVGs by name."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -284,6 +322,7 @@ def render_report(c: Comparison, svgs: Mapping[str, str]) -> str:
         c=c,
         test_name=test_name,
         leaderboard=_leaderboard(c),
+        published=_published(c),
         reference=reference_run(c),
         others=[k for k in c.labels if k != c.baseline],
         svgs=svgs,

@@ -56,7 +56,10 @@ def test_query2doc_repeats_the_query_and_uses_few_shot_examples(toy):
     assert run(toy, "query2doc") == 0
     rec = records(toy["runs"] / "query2doc")["q3"]
     q = "What lowers cholesterol?"
-    assert rec["steps"][-1]["request"]["sparse_text"] == f"{q} {q} {PASSAGE}"
+    # R2MED src/eval_BM25.py L129: e["text"]*2+" "+e["hy_doc"], the copies joined without a
+    # space; src/eval_retrieval.py L42: dense retrievers embed query + "[SEP]" + passage
+    assert rec["steps"][-1]["request"]["sparse_text"] == f"{q}{q} {PASSAGE}"
+    assert rec["steps"][-1]["request"]["dense_text"] == f"{q}[SEP]{PASSAGE}"
     assert "###Examples:###\nQuery: Why does metformin" in rec["steps"][0]["messages"][1]["content"]
 
 
@@ -72,13 +75,19 @@ def test_lamer_shows_the_bm25_top_docs_and_searches_query_plus_answer(toy):
     assert last["request"]["sparse_text"].startswith("How does aspirin act on platelets? Aspirin")
 
 
-def test_reason_searches_with_the_text_after_think(toy):
-    scripted.install(lambda m, p: "<think>hmm, statins?</think>Statins lower cholesterol.")
-    assert run(toy, "reason") == 0
+def test_reason_searches_with_the_text_after_think_for_a_reasoning_model(toy):
+    text = "<think>hmm, statins?</think>Statins lower cholesterol."
+    scripted.install(lambda m, p: text)
+    assert run(toy, "reason", "--reasoning", "think") == 0
     rec = records(toy["runs"] / "reason")["q3"]
-    assert rec["generated"]["passage"] == "Statins lower cholesterol."
-    assert rec["steps"][-1]["request"]["query"] == "Statins lower cholesterol."
+    assert rec["generated"]["passage"] == text  # kept as written; read by the rule
+    assert rec["steps"][-1]["request"]["sparse_text"] == "Statins lower cholesterol."
+    assert rec["steps"][-1]["request"]["dense_text"] == "Statins lower cholesterol."
+    assert rec["steps"][-1]["request"]["query"] == "What lowers cholesterol?"
     assert rec["ranking"][0][0] == "d4"
+    # a model R2MED does not list as reasoning: its text as written
+    assert run(toy, "reason", "--run-name", "plain") == 0
+    assert records(toy["runs"] / "plain")["q3"]["steps"][-1]["request"]["sparse_text"] == text
 
 
 def test_empty_generation_falls_back_to_the_query_and_says_so(toy):

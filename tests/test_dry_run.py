@@ -224,20 +224,21 @@ def test_search_agents_are_bounded_by_their_limits(tmp_path, toy_dir):
 
     provider = scripted.install(searcher)
     bound = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
-    assert (bound.source, bound.calls) == (BOUND, 15 + 10)
-    assert bound.completion_tokens == 25 * 512
+    # Search-o1's limits: 15 reasoning turns, 5 searches each read by Reason-in-Documents
+    assert (bound.source, bound.calls) == (BOUND, 15 + 5)
+    assert bound.completion_tokens == 20 * 512
     assert provider.calls == 0
     first = count("scripted/x", [{"role": "user", "content": PromptBook({}, "toy").get(
-        "search-o1").render(query=QUERIES["q1"], max_searches=10)}])  # fmt: skip
+        "search-o1").render(query=QUERIES["q1"], max_searches=5)}])  # fmt: skip
     assert bound.prompt_tokens > 15 * first  # the prompt grows turn by turn
     assert main(flags(tmp_path, "--agent", "search-o1", "--model", "scripted/x",
                       "--dataset", str(toy_dir))) == 0  # fmt: skip
     measured = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
     assert measured.source == MEASURED
-    assert 10 < measured.calls <= bound.calls  # 10 searches, 10 readings, refusals end it
+    assert 10 < measured.calls <= bound.calls  # 5 searches, 5 readings, then canned results
 
     r1 = estimate(config_of(tmp_path, toy_dir, agent="search-r1")).tasks[0].stages[0]
-    assert r1.calls == 4  # max_turns
+    assert r1.calls == 5  # max_turns search turns, then one with search off
 
 
 def test_a_priced_model_gets_a_cost_from_litellms_price_map(tmp_path, toy_dir, monkeypatch, capsys):
@@ -353,7 +354,8 @@ def test_format_estimate_is_one_row_per_task_and_stage(tmp_path, toy_dir, provid
     [
         # search, read, a refused search, the last turn: the bound's own shape
         ("search-o1", ["max_turns=3", "max_searches=1", "max_refusals=0", "top_k=5"], 4),
-        ("search-r1", ["max_turns=3", "top_k=5"], 3),  # search, search, the last turn
+        # three search turns, then one with search off
+        ("search-r1", ["max_turns=3", "top_k=5"], 4),
     ],
 )
 def test_a_search_agents_bound_holds_a_trajectory_of_the_longest_outputs(

@@ -22,7 +22,7 @@ from agents.generations import (
     parse_source,
     read_generation_file,
 )
-from agents.graphs.generate_retrieve import SPECS
+from agents.graphs.combine import generated_request
 from agents.llm import scripted
 from agents.run import main
 from eval.datasets import R2MED_REVISIONS, DataError, load_folder
@@ -120,14 +120,16 @@ def test_replay_applies_each_agents_combination_rule(toy, no_llm, agent, retriev
         query, text = QUERIES[query_id], HY_DOCS[query_id]
         assert [s["node"] for s in record["steps"]] == ["generate", "retrieve"]  # no first pass
         generate = step(record, "generate")
-        assert generate["output"] == text and generate["stripped_think"] is False
+        assert generate["output"] == text and generate["reasoning"] == "none"  # o3-mini
         assert generate["source"] == f"r2med:{LLM}@gens"
         assert record["generated"] == {"passage": text}
-        expected = SPECS[agent].request(query, text)
-        assert step(record, "retrieve")["request"] == {
+        expected = generated_request(agent, query, text)
+        shown = step(record, "retrieve")["request"]
+        assert shown == {
             "query": expected.query,
             "expansion": expected.expansion,
             "sparse_text": expected.sparse_text,
+            **({"dense_text": expected.dense_text} if expected.dense_text is not None else {}),
         }
         assert [d for d, _ in record["ranking"]] == search(toy, retriever, expected)
     # the texts decide the ranking: each query's top document is its text's, not its own
@@ -136,14 +138,16 @@ def test_replay_applies_each_agents_combination_rule(toy, no_llm, agent, retriev
         assert top == {"q1": "d3", "q2": "d4", "q3": "d5"}
 
 
-def test_reasoning_models_think_part_is_stripped(toy, no_llm, capsys):
+def test_a_reasoning_models_response_is_read_by_its_r2med_name(toy, no_llm, capsys):
     think = "<think>\nMetformin? statins cholesterol reductase.\n</think>\n\n"
-    hub_layout(toy["gens"], "hyde", gen_rows({q: think + t for q, t in HY_DOCS.items()}))
-    assert run(toy, "hyde", "--generations", f"r2med:{LLM}@{toy['gens']}") == 0
+    rows = gen_rows({q: think + t for q, t in HY_DOCS.items()})
+    write_jsonl(toy["gens"] / "toy" / "hyde" / "qwq-32b" / "query_with_hydoc.jsonl", rows)
+    assert run(toy, "hyde", "--generations", f"r2med:qwq-32b@{toy['gens']}") == 0
     record = records(toy["runs"] / "run")["q3"]
     generate = step(record, "generate")
-    assert generate["stripped_think"] is True and generate["output"].startswith("<think>")
-    assert record["generated"]["passage"] == HY_DOCS["q3"]
+    # qwq-32b is in R2MED's r1_model_list (src/base.py L4): the response after </think>
+    assert generate["reasoning"] == "think" and generate["output"].startswith("<think>")
+    assert record["generated"]["passage"] == think + HY_DOCS["q3"]
     assert step(record, "retrieve")["request"]["sparse_text"] == HY_DOCS["q3"]
     assert record["ranking"][0][0] == "d5"  # the think part's "statins cholesterol" is not searched
     assert no_llm.calls == 0
@@ -151,8 +155,13 @@ def test_reasoning_models_think_part_is_stripped(toy, no_llm, capsys):
 
     assert trace_main([str(toy["runs"] / "run"), "q3", "--no-qrels"]) == 0
     shown = capsys.readouterr().out
-    assert f"replayed from r2med:{LLM}@" in shown and "<think> part stripped" in shown
+    assert "replayed from r2med:qwq-32b@" in shown and "read as a think reasoning model" in shown
     assert "Warfarin antagonises" in shown
+    # the same texts under a name R2MED does not list as reasoning: searched as written
+    write_jsonl(toy["gens"] / "toy" / "hyde" / "gpt4" / "query_with_hydoc.jsonl", rows)
+    assert run(toy, "hyde", "--generations", f"r2med:gpt4@{toy['gens']}", name="plain") == 0
+    plain = records(toy["runs"] / "plain")["q3"]
+    assert step(plain, "retrieve")["request"]["sparse_text"] == think + HY_DOCS["q3"]
 
 
 def test_a_query_without_a_generation_is_searched_raw_and_reported(toy, no_llm, caplog):
@@ -188,7 +197,7 @@ def test_leak_guard_only_hy_doc_reaches_the_agent(toy, no_llm, tmp_path):
     gens = read_generation_file(leaky, "x")
     assert isinstance(gens, Generations)
     assert gens.texts == HY_DOCS  # the reader keeps id -> hy_doc and nothing else
-    assert set(vars(gens)) == {"label", "path", "sha256", "texts"}
+    assert set(vars(gens)) == {"label", "path", "sha256", "texts", "model"}
     assert run(toy, "hyde", "--generations", f"r2med:{LLM}@{toy['gens']}", name="leaky") == 0
     assert run(toy, "hyde", "--generations", f"r2med:{LLM}@{tmp_path / 'clean'}", name="c") == 0
     leaky_recs, clean_recs = records(toy["runs"] / "leaky"), records(toy["runs"] / "c")
@@ -245,7 +254,7 @@ def test_replaying_a_run_folder_with_another_retriever_calls_no_model(toy):
         passage = live_recs[query_id]["generated"]["passage"]
         assert record["generated"] == {"passage": passage}
         assert step(record, "generate")["source"] == "run:live"
-        expected = SPECS["hyde"].request(QUERIES[query_id], passage)
+        expected = generated_request("hyde", QUERIES[query_id], passage)
         assert [d for d, _ in record["ranking"]] == search(toy, "dense", expected)
     config = config_of(toy["runs"] / "r")
     queries_file = toy["runs"] / "live" / "toy" / "queries.jsonl"
@@ -259,7 +268,9 @@ def test_reason_replays_a_jsonl_file(toy, no_llm):
     assert run(toy, "reason", "--generations", str(path)) == 0
     assert no_llm.calls == 0
     record = records(toy["runs"] / "run")["q1"]
-    assert step(record, "retrieve")["request"]["query"] == HY_DOCS["q1"]
+    # BRIGHT's rewrite replaces the query: both retrievers search the text alone
+    request = step(record, "retrieve")["request"]
+    assert request["sparse_text"] == request["dense_text"] == HY_DOCS["q1"]
     assert record["ranking"][0][0] == "d3"
     assert run_label(config_of(toy["runs"] / "run")) == "reason bm25q file:mine"
 
@@ -354,8 +365,9 @@ def test_hub_offline_and_not_cached_says_where_to_put_the_file(tmp_path, offline
     ("agent", "source", "expected"),
     [
         ("none", "r2med:o3-mini", "agent 'none' generates no single text per query"),
-        ("search-o1", "r2med:o3-mini", "a generation source is for hyde, query2doc, lamer"),
-        ("reason", "r2med:o3-mini", "R2MED released generations for hyde, query2doc, lamer"),
+        ("tool-search", "r2med:o3-mini", "a generation source is for hyde, query2doc, lamer"),
+        ("reason", "r2med:o3-mini", "R2MED released generations for hyde, query2doc, lamer, "
+         "search-o1, search-r1"),
         ("hyde", "r2med:", "expected r2med:<llm> with <llm> one folder name"),
         ("hyde", "r2med:a/b", "expected r2med:<llm> with <llm> one folder name"),
         ("hyde", "r2med:o3-mini@", "expected r2med:<llm>@<folder>, got no folder"),
@@ -389,7 +401,7 @@ def bad_file_cases(tmp_path: Path) -> list[tuple[str, str]]:
         ),
         (str(write_jsonl(tmp_path / "c.jsonl", broken)), "c.jsonl line 2: malformed JSON"),
         (str(tmp_path / "plain"), "neither a .jsonl file nor a run folder (no config.json)"),
-        (str(run_none), "agent 'none' generates no passage to replay"),
+        (str(run_none), "agent 'none' writes no text to replay"),
         (
             f"r2med:{LLM}@{tmp_path / 'plain'}",
             f"no toy/hyde/{LLM}/query_with_hydoc.jsonl (or hyde/{LLM}/query_with_hydoc.jsonl",

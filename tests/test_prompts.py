@@ -221,6 +221,7 @@ RULES = {
     "tool-search/search": (set(), set()),
     "tool-search/submit": (set(), set()),
     "system": (set(), set()),
+    "system/reason": (set(), set()),
     "insertrank": ({"num", "query", "score_name"}, {"num", "query", "score_name"}),
     "insertrank/rank": ({"num", "query", "score_name"}, {"num", "query", "score_name"}),
     "insertrank/passage": (

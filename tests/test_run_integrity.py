@@ -307,7 +307,7 @@ def test_a_numeric_setting_out_of_range_is_refused_up_front(env, capsys, flag, v
     [
         ("max_turns=0", "max_turns must be at least 1"),
         ("max_refusals=-1", "max_refusals must be at least 0"),
-        ("doc_words=many", "expected an integer"),
+        ("doc_chars=many", "expected an integer"),
         ("max_searches=-3", "max_searches must be at least 0"),
     ],
 )

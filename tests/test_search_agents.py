@@ -103,20 +103,25 @@ def test_o1_searches_reads_and_answers_in_chat_mode(toy):
     reader = rec["steps"][2]["messages"][0]["content"]
     assert "**Document 1:**\nAspirin irreversibly inhibits" in reader
     assert "Step 1: Step 1: I should look this up." in reader  # Search-o1's step numbering
-    assert rec["steps"][2]["information"] == "Aspirin blocks platelet cyclooxygenase."
+    # scripts/evaluate.py L25: the newlines of the information are deleted
+    assert rec["steps"][2]["information"] == "Aspirin blocksplatelet cyclooxygenase."
     # chat mode (auto for non-local models): the result arrives as a user message
     second = rec["steps"][3]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[1]["content"].endswith(f"{BEGIN_QUERY}aspirin platelets{END_QUERY}")
     assert second[2]["content"].startswith(
-        f"{BEGIN_RESULT}Aspirin blocks platelet cyclooxygenase.{END_RESULT}"
+        f"{BEGIN_RESULT}Aspirin blocksplatelet cyclooxygenase.{END_RESULT}"
     )
     assert "Continue your reasoning" in second[2]["content"]
     assert all(c["stop"] == [END_QUERY] for c in calls if not reading(c["messages"]))
     assert rec["generated"]["answer"] == "Aspirin inhibits platelet cyclooxygenase."
-    assert BEGIN_RESULT in rec["generated"]["reasoning"]
+    assert BEGIN_RESULT in rec["generated"]["passage"]
     final = rec["steps"][-1]
-    assert final["request"]["sparse_text"] == rec["generated"]["answer"]
+    # a model outside R2MED's reasoning list: its whole output is searched, as R2MED searches
+    # a hy_doc (src/eval_BM25.py L133), and averaged with the query by dense retrievers
+    assert final["request"]["sparse_text"] == rec["generated"]["passage"]
+    assert final["request"]["expansion"] == rec["generated"]["passage"]
+    assert final["reasoning"] == "none"
     assert rec["ranking"][0][0] == "d3" and len(rec["ranking"]) > 0
     metrics = json.loads((toy["runs"] / "run" / "toy" / "metrics.json").read_text())
     assert metrics["searches_per_query"] == 1.0
@@ -131,19 +136,26 @@ def test_o1_continue_mode_splices_the_result_into_the_assistant_turn(toy):
     assert [m["role"] for m in second] == ["user", "assistant"]
     assert second[1]["content"].endswith(
         f"{BEGIN_QUERY}aspirin platelets{END_QUERY}\n\n"
-        f"{BEGIN_RESULT}Aspirin blocks platelet cyclooxygenase.{END_RESULT}\n\n"
+        f"{BEGIN_RESULT}Aspirin blocksplatelet cyclooxygenase.{END_RESULT}\n\n"
     )
     assert rec["steps"][0]["llm_mode"] == "continue"
-    assert "The maximum number of search attempts is limited to 10." in second[0]["content"]
+    # Search-o1's limit for single-question QA (scripts/run_search_o1.py L198-205)
+    assert "The maximum number of search attempts is limited to 5." in second[0]["content"]
 
 
 def test_o1_without_search_answers_at_once(toy):
-    scripted.install(lambda m, p: "<think>statins</think>Statins lower cholesterol.")
+    text = "<think>statins</think>Statins lower cholesterol."
+    scripted.install(lambda m, p: text)
     assert run(toy, "search-o1") == 0
     rec = records(toy)["q3"]
     assert nodes(rec) == ["reason", "final"]
     assert rec["generated"]["answer"] == "Statins lower cholesterol."
+    assert rec["steps"][-1]["request"]["sparse_text"] == text  # not a listed reasoning model
     assert rec["ranking"][0][0] == "d4"
+    # read as a reasoning model: the response after the first </think> (src/base.py L9-13)
+    assert run(toy, "search-o1", "--reasoning", "think", name="think") == 0
+    rec = records(toy, "think")["q3"]
+    assert rec["steps"][-1]["request"]["sparse_text"] == "Statins lower cholesterol."
 
 
 def test_o1_repeated_query_gets_the_canned_message_without_a_search(toy):
@@ -158,20 +170,20 @@ def test_o1_repeated_query_gets_the_canned_message_without_a_search(toy):
     assert f"{BEGIN_RESULT}\n{REPEATED_QUERY}\n{END_RESULT}" in third[-1]["content"]
 
 
-def test_o1_a_model_stuck_on_one_query_is_stopped_after_max_refusals(toy):
+def test_o1_refused_searches_never_stop_it_unless_asked(toy):
     respond, _ = o1_searcher(["aspirin platelets"] * 10)
     scripted.install(respond)
     assert run(toy, "search-o1") == 0
-    rec = records(toy)["q2"]
-    # one real search, then two refusals in a row (the default max_refusals), then stop
+    strict = records(toy)["q2"]
+    # Search-o1 (run_search_o1.py L596-608): canned messages until it answers (turn 11)
+    assert nodes(strict).count("reason") == 11 and nodes(strict).count("search_skipped") == 9
+    assert "limit" not in nodes(strict)
+    # ours, asked for: stop after two refusals in a row
+    assert run(toy, "search-o1", "--option", "max_refusals=2", name="stuck") == 0
+    rec = records(toy, "stuck")["q2"]
     assert nodes(rec).count("search") == 1 and nodes(rec).count("search_skipped") == 2
     assert nodes(rec)[-2:] == ["limit", "final"]
     assert "2 searches refused in a row" in rec["steps"][-2]["reason"]
-    # with max_refusals=0 it gets canned messages until it answers (turn 11), as in Search-o1
-    assert run(toy, "search-o1", "--option", "max_refusals=0", name="strict") == 0
-    strict = records(toy, "strict")["q2"]
-    assert nodes(strict).count("reason") == 11 and nodes(strict).count("search_skipped") == 9
-    assert "limit" not in nodes(strict)
 
 
 def test_o1_search_limit_refuses_the_second_search(toy):
@@ -199,9 +211,16 @@ def test_o1_max_turns_ends_a_model_that_searches_forever(toy):
     assert nodes(rec)[-2:] == ["limit", "final"]
     assert "max_turns (20)" in rec["steps"][-2]["reason"]
     assert rec["generated"]["answer"] == "More."  # the unexecuted search call is cut off
+    assert rec["ranking"][0][0] == "d3" and rec["error"] is None
+
+
+def test_o1_output_matching_no_document_falls_back_to_the_query(toy):
+    scripted.install(lambda m, p: "More.")
+    assert run(toy, "search-o1") == 0
+    rec = records(toy)["q2"]
     # "More." matches no document: the ranking falls back to the query rather than nothing
     assert rec["steps"][-1]["note"].startswith("the answer matched no document")
-    assert rec["ranking"][0][0] == "d3" and rec["error"] is None
+    assert rec["ranking"][0][0] == "d3"
 
 
 def test_o1_llm_error_mid_trajectory_fails_that_query_only(toy, capsys):
@@ -230,15 +249,16 @@ def test_o1_final_ranking_modes(toy, mode):
     assert final["node"] == "final" and final["final_ranking"] == mode
     ranked = [d for d, _ in rec["ranking"]]
     if mode == "answer":
-        assert final["request"]["sparse_text"] == "Statins lower cholesterol."
-        assert ranked[0] == "d4"
+        assert final["request"]["sparse_text"] == rec["generated"]["passage"]
+        assert rec["generated"]["passage"].endswith("Statins lower cholesterol.")
+        assert set(ranked[:2]) == {"d3", "d4"}
     elif mode == "fuse":
-        # the search's list (aspirin: d3) and the answer's (statins: d4), fused
+        # the search's list (aspirin: d3) and the output's, fused
         assert final["fused_lists"] == 2 and set(ranked[:2]) == {"d3", "d4"}
     else:
         text = final["request"]["sparse_text"]
         assert "aspirin platelets" in text and "Statins" in text and "<|" not in text
-        assert text == strip_tags(rec["generated"]["reasoning"])
+        assert text == strip_tags(rec["generated"]["passage"])
 
 
 def test_o1_fuse_without_search_is_the_answer_list(toy):
@@ -324,19 +344,56 @@ def test_o1_unclosed_query_cut_at_max_tokens_is_not_a_search(toy):
 
 
 def test_o1_empty_and_nested_queries(toy):
+    # an empty query ends the trajectory, as Search-o1's `if search_query and ...` (L533)
+    llm = FakeLLM([(f"Let me search.\n\n{BEGIN_QUERY}  ", "stop")])
+    state = graph_run(toy, build_o1, llm, llm_mode="chat")
+    assert [s["node"] for s in state["steps"]] == ["reason", "final"]
     llm = FakeLLM([
-        (f"Let me search.\n\n{BEGIN_QUERY}  ", "stop"),
         (f"{BEGIN_QUERY}wrong {BEGIN_QUERY}aspirin platelets", "stop"),
         (INFO, "stop"),
         ("Aspirin blocks platelet cyclooxygenase.", "stop"),
     ])  # fmt: skip
     state = graph_run(toy, build_o1, llm, llm_mode="chat")
     steps = state["steps"]
-    assert [s["node"] for s in steps] == [
-        "reason", "search_skipped", "reason", "search", "documents", "reason", "final",
-    ]  # fmt: skip
-    assert steps[1]["reason"] == "empty query" and "Empty search query" in steps[1]["message"]
-    assert steps[3]["request"]["query"] == "aspirin platelets"
+    assert [s["node"] for s in steps] == ["reason", "search", "documents", "reason", "final"]
+    assert steps[1]["request"]["query"] == "aspirin platelets"
+
+
+def test_o1_reason_in_documents_is_read_as_search_o1_reads_it(toy):
+    """scripts/evaluate.py L20-29: after the last "\\n**Final Information**" with the newlines
+    deleted, else after "\\n**Modified Reasoning Steps**", else the canned text."""
+    from agents.graphs.search_o1 import NO_INFORMATION, final_information
+
+    assert final_information(INFO) == "Aspirin blocksplatelet cyclooxygenase."
+    # .strip("```").strip(): the backticks after the newline stay, as in Search-o1
+    assert final_information("x\n**Modified Reasoning Steps**\n```Step 1: a\nb```") == (
+        "```Step 1: a\nb"
+    )  # fmt: skip
+    assert final_information("Final Information: aspirin") == NO_INFORMATION
+    assert final_information("Final Information: aspirin", "lenient") == "aspirin"
+    llm = FakeLLM([
+        (f"{BEGIN_QUERY}aspirin platelets", "stop"),
+        ("The documents say aspirin blocks COX.", "stop"),  # no heading
+        ("Aspirin blocks COX.", "stop"),
+    ])  # fmt: skip
+    state = graph_run(toy, build_o1, llm, llm_mode="chat")
+    assert state["steps"][2]["information"] == NO_INFORMATION
+    assert f"{BEGIN_RESULT}{NO_INFORMATION}{END_RESULT}" in llm.calls[2][-1]["content"]
+
+
+def test_o1_documents_are_shown_up_to_6000_characters(toy, tmp_path):
+    """run_search_o1.py L640-644: a page without a located snippet is shown up to
+    max_doc_len * 2 = 6,000 characters."""
+    long = "aspirin platelets " + "x" * 9000
+    data = tmp_path / "long"
+    data.mkdir()
+    (data / "corpus.jsonl").write_text(json.dumps({"id": "d1", "text": long}) + "\n")
+    (data / "query.jsonl").write_text(json.dumps({"id": "q", "text": ASPIRIN}) + "\n")
+    (data / "qrels.jsonl").write_text(json.dumps({"q_id": "q", "p_id": "d1", "score": 1}) + "\n")
+    llm = FakeLLM([(f"{BEGIN_QUERY}aspirin platelets", "stop"), (INFO, "stop"), ("done", "stop")])
+    graph_run({**toy, "data": data}, build_o1, llm, llm_mode="chat")
+    shown = llm.calls[1][0]["content"]
+    assert f"**Document 1:**\n{long[:6000]}\n" in shown and long[:6001] not in shown
 
 
 # --- search-r1 -----------------------------------------------------------------------------
@@ -365,11 +422,17 @@ def test_r1_searches_then_answers(toy):
     second = rec["steps"][2]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert second[1]["content"].endswith("<search> aspirin platelets </search>")
-    assert second[2]["content"].startswith("<information>Doc 1 Aspirin irreversibly inhibits")
+    # generation.py L460-469: "Doc i(Title: <first line>) <rest>"; a one-line document is
+    # all title
+    assert second[2]["content"].startswith(
+        "<information>Doc 1(Title: Aspirin irreversibly inhibits platelet cyclooxygenase.)"
+    )  # fmt: skip
     assert calls[0]["stop"] == ["</search>", "</answer>"]
     assert rec["generated"]["answer"] == "COX inhibition"
-    assert rec["generated"]["passage"] == "COX blocked\nCOX inhibition"
-    assert rec["steps"][-1]["request"]["sparse_text"] == "COX blocked\nCOX inhibition"
+    # R2MED reads Search-R1's output by its first <answer> (src/base.py L28-34)
+    assert rec["generated"]["passage"].endswith("<answer> COX inhibition</answer>")
+    assert rec["steps"][-1]["request"]["sparse_text"] == "COX inhibition"
+    assert rec["steps"][-1]["reasoning"] == "search-r1"
     assert rec["steps"][0]["prompt"]["name"] == "search-r1/default"
     assert "Question: How does aspirin act on platelets?\n" in second[0]["content"]
 
@@ -381,39 +444,66 @@ def test_r1_continue_mode_and_only_the_newest_turn_is_parsed(toy):
     assert run(toy, "search-r1", "--option", "llm_mode=continue") == 0
     rec = records(toy)["q2"]
     assert nodes(rec).count("search") == 1
+    # four search turns, then one with search off (generation.py L234-310)
     assert [s.get("action") for s in rec["steps"] if s["node"] == "reason"] == [
-        "search", None, None, None,
+        "search", None, None, None, None,
     ]  # fmt: skip
     second = rec["steps"][2]["messages"]
     assert [m["role"] for m in second] == ["user", "assistant"]
-    assert "</search>\n\n<information>Doc 1 Aspirin" in second[1]["content"]
+    assert "</search>\n\n<information>Doc 1(Title: Aspirin" in second[1]["content"]
     third = rec["steps"][3]["messages"][1]["content"]
     assert third.endswith("<think>hmm</think>" + INVALID_ACTION)
 
 
-def test_r1_last_turn_forces_an_answer_and_ignores_its_search(toy):
-    def respond(messages, params):
-        if params.get("stop") == ["</answer>"]:
-            return "<think>still unsure</think><search> more aspirin </search>"
-        return f"<think>look</think><search> aspirin {turn(messages)} "
-
-    scripted.install(respond)
+def test_r1_search_turns_then_one_with_search_off(toy):
+    """generation.py L234-310: max_turns search turns, then one more generation whose search
+    is not run, with nothing added before it."""
+    scripted.install(
+        lambda messages, params: f"<think>look</think><search> aspirin {turn(messages)} "
+    )
     assert run(toy, "search-r1", "--max-turns", "2") == 0
     rec = records(toy)["q2"]
-    assert nodes(rec) == ["reason", "search", "reason", "limit", "final"]
-    last = rec["steps"][2]
-    assert last["final_turn"] and last["action"] is None
-    assert "No more searches are allowed" in last["messages"][-1]["content"]
-    assert "ignored" in rec["steps"][3]["reason"]
+    assert nodes(rec) == ["reason", "search", "reason", "search", "reason", "limit", "final"]
+    last = rec["steps"][4]
+    assert last["final_turn"] and last["action"] == "search"
+    assert "No more searches" not in json.dumps(last["messages"])
+    assert "not run" in rec["steps"][5]["reason"]
     assert rec["steps"][-1]["note_answer"].startswith("no <answer>")
     assert rec["ranking"]
+    # ours, asked for: the nudge before that turn
+    assert run(toy, "search-r1", "--max-turns", "2", "--option", "final_nudge=true",
+               name="nudged") == 0  # fmt: skip
+    last = [s for s in records(toy, "nudged")["q2"]["steps"] if s["node"] == "reason"][-1]
+    assert "No more searches are allowed" in last["messages"][-1]["content"]
 
 
-def test_parse_action_takes_the_last_opened_tag():
+def test_r1_information_block_is_cut_to_obs_tokens(toy):
+    """generation.py L87-89: the observation, tags included, cut to max_obs_length tokens."""
+    import litellm
+
+    scripted.install(lambda m, p: "<search> aspirin platelets statins warfarin </search>")
+    assert run(toy, "search-r1", "--option", "obs_tokens=12", "--max-turns", "1") == 0
+    rec = records(toy)["q2"]
+    search = rec["steps"][1]
+    assert search["obs_tokens"]["limit"] == 12
+    shown = rec["steps"][2]["messages"][-1]["content"]
+    full = "<information>Doc 1(Title: Aspirin irreversibly inhibits platelet cyclooxygenase.)"
+    cut = litellm.decode(model="scripted/test", tokens=litellm.encode(
+        model="scripted/test", text=f"\n\n{full}")[:12])  # fmt: skip
+    assert cut.strip() in shown and full not in shown
+
+
+def test_parse_action_reads_a_turn_as_search_r1_does():
+    # generation.py L61-66: the text up to its first </search>, else its first </answer>;
+    # L422: the first complete <search>/<answer> pair is the action, its content stripped
     assert parse_action("<think>a</think><search> q ", "stop")[:2] == ("search", "q")
-    assert parse_action("<search>q</search> <answer> x", "stop")[:2] == ("answer", "x")
-    assert parse_action("<search> q", "length")[:2] == (None, None)
-    assert parse_action("<search></search>", "stop")[:2] == (None, None)
+    assert parse_action("<search>q</search> <answer> x", "stop") == (
+        "search", "q", "<search>q</search>"
+    )  # fmt: skip
+    assert parse_action("<answer> x </answer> <search>q</search>", "stop")[:2] == ("answer", "x")
+    assert parse_action("<search> q", "length")[:2] == (None, None)  # cut at max_tokens
+    assert parse_action("<search></search>", "stop")[:2] == ("search", "")  # empty is a search
+    assert parse_action("<answer>a", "stop", "</answer>")[:2] == ("answer", "a")
     assert parse_action("no tags", "stop")[:2] == (None, None)
 
 

@@ -88,72 +88,170 @@ def _reasons(model: str, options: Mapping[str, Any]) -> bool:
 _O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-145
 RULES: tuple[Rule, ...] = (
     # --- paper: R2MED's generation-augmented baselines --------------------------------------
-    Rule("paper", GENERATE, "open", {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
-         f"{R2MED_GEN} L204, L222: vLLM SamplingParams(temperature=0.7, seed=42, "
-         "max_tokens=10240)"),
-    Rule("paper", GENERATE, "api", {"temperature": 0.8, "top_p": 0.8},
-         f"{R2MED_GEN} L13, L96-102: temperature=0.8, top_p=0.8, no max_tokens"),
-    Rule("paper", GENERATE, "reasoning-api", {},
-         f"{R2MED_GEN} L96-102 (o3-mini goes through the API path, which sets no max_tokens; "
-         "its temperature and top_p are refused by the model)"),
+    Rule(
+        "paper",
+        GENERATE,
+        "open",
+        {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
+        f"{R2MED_GEN} L204, L222: vLLM SamplingParams(temperature=0.7, seed=42, max_tokens=10240)",
+    ),
+    Rule(
+        "paper",
+        GENERATE,
+        "api",
+        {"temperature": 0.8, "top_p": 0.8},
+        f"{R2MED_GEN} L13, L96-102: temperature=0.8, top_p=0.8, no max_tokens",
+    ),
+    Rule(
+        "paper",
+        GENERATE,
+        "reasoning-api",
+        {},
+        f"{R2MED_GEN} L96-102 (o3-mini goes through the API path, which sets no max_tokens; "
+        "its temperature and top_p are refused by the model)",
+    ),
     # --- paper: BRIGHT's reasoning rewrite ------------------------------------------------
-    Rule("paper", ("reason",), "api", {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
-         "xlang-ai/BRIGHT reason.py L75-98: temperature=0.8, top_p=0.8, max_tokens=2048"),
-    Rule("paper", ("reason",), "open", {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
-         "xlang-ai/BRIGHT reason.py L75-98 (its HFModel, L108-125, samples alike)"),
-    Rule("paper", ("reason",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
-         "xlang-ai/BRIGHT reason.py L75-98, with a budget reasoning fits"),
+    Rule(
+        "paper",
+        ("reason",),
+        "api",
+        {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
+        "xlang-ai/BRIGHT reason.py L75-98: temperature=0.8, top_p=0.8, max_tokens=2048",
+    ),
+    Rule(
+        "paper",
+        ("reason",),
+        "open",
+        {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
+        "xlang-ai/BRIGHT reason.py L75-98 (its HFModel, L108-125, samples alike)",
+    ),
+    Rule(
+        "paper",
+        ("reason",),
+        "reasoning-api",
+        {"max_completion_tokens": REASONING_BUDGET},
+        "xlang-ai/BRIGHT reason.py L75-98, with a budget reasoning fits",
+    ),
     # --- paper: Search-o1 -------------------------------------------------------------------
-    Rule("paper", ("search-o1",), "open",
-         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
-         f"{SEARCH_O1} L124-155, L210-212, L388-394 (QwQ: repetition_penalty 1.05, 20480 "
-         "tokens)", nodes=("reason",), when=_qwq),
-    Rule("paper", ("search-o1",), "open",
-         {**_O1_OPEN, "repetition_penalty": 1.0, "max_tokens": 8192},
-         f"{SEARCH_O1} L124-155, L210-212, L388-394 (other models: repetition_penalty 1.0, "
-         "8192 tokens)", nodes=("reason",)),
-    Rule("paper", ("search-o1",), "open",
-         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
-         f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
-         nodes=("documents",), when=_qwq),
-    Rule("paper", ("search-o1",), "open",
-         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 8192},
-         f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
-         nodes=("documents",)),
-    Rule("paper", ("search-o1",), "api", {"temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
-         f"{SEARCH_O1} L124-155, L388-394 (top_k and repetition_penalty are vLLM's only)"),
-    Rule("paper", ("search-o1",), "reasoning-api", {"max_completion_tokens": 20480},
-         f"{SEARCH_O1} L388-394: the budget it gives its reasoning model"),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "open",
+        {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
+        f"{SEARCH_O1} L124-155, L210-212, L388-394 (QwQ: repetition_penalty 1.05, 20480 tokens)",
+        nodes=("reason",),
+        when=_qwq,
+    ),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "open",
+        {**_O1_OPEN, "repetition_penalty": 1.0, "max_tokens": 8192},
+        f"{SEARCH_O1} L124-155, L210-212, L388-394 (other models: repetition_penalty 1.0, "
+        "8192 tokens)",
+        nodes=("reason",),
+    ),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "open",
+        {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
+        f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+        nodes=("documents",),
+        when=_qwq,
+    ),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "open",
+        {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 8192},
+        f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+        nodes=("documents",),
+    ),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "api",
+        {"temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
+        f"{SEARCH_O1} L124-155, L388-394 (top_k and repetition_penalty are vLLM's only)",
+    ),
+    Rule(
+        "paper",
+        ("search-o1",),
+        "reasoning-api",
+        {"max_completion_tokens": 20480},
+        f"{SEARCH_O1} L388-394: the budget it gives its reasoning model",
+    ),
     # --- paper: Search-R1 -------------------------------------------------------------------
-    Rule("paper", ("search-r1",), "open", {"temperature": 0.0, "max_tokens": 500},
-         "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37 (max_response_length "
-         "500 a turn), verl/trainer/ppo/ray_trainer.py L478 + verl/workers/rollout/"
-         "vllm_rollout/vllm_rollout.py L163-170 (validation is greedy)"),
-    Rule("paper", ("search-r1",), "api", {"temperature": 0.0, "max_tokens": 500},
-         "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37, greedy validation"),
-    Rule("paper", ("search-r1",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
-         "Search-R1's turn budget (500) cannot hold a reasoning model's thinking"),
+    Rule(
+        "paper",
+        ("search-r1",),
+        "open",
+        {"temperature": 0.0, "max_tokens": 500},
+        "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37 (max_response_length "
+        "500 a turn), verl/trainer/ppo/ray_trainer.py L478 + verl/workers/rollout/"
+        "vllm_rollout/vllm_rollout.py L163-170 (validation is greedy)",
+    ),
+    Rule(
+        "paper",
+        ("search-r1",),
+        "api",
+        {"temperature": 0.0, "max_tokens": 500},
+        "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37, greedy validation",
+    ),
+    Rule(
+        "paper",
+        ("search-r1",),
+        "reasoning-api",
+        {"max_completion_tokens": REASONING_BUDGET},
+        "Search-R1's turn budget (500) cannot hold a reasoning model's thinking",
+    ),
     # --- paper: rerank stages ---------------------------------------------------------------
     *(
-        Rule("paper", ("llm-listwise", "insertrank"), family, {"temperature": 0.0},
-             "sunnweiwei/RankGPT rank_gpt.py L186: temperature=0, no max_tokens")
+        Rule(
+            "paper",
+            ("llm-listwise", "insertrank"),
+            family,
+            {"temperature": 0.0},
+            "sunnweiwei/RankGPT rank_gpt.py L186: temperature=0, no max_tokens",
+        )
         for family in ("api", "open")
     ),
     *(
-        Rule("paper", ("llm-pointwise",), family, {"temperature": 0.0, "max_tokens": 8192},
-             "orionw/rank1 rank1.py L35, L86-91: temperature=0, max_output_tokens=8192",
-             when=_reasons)
+        Rule(
+            "paper",
+            ("llm-pointwise",),
+            family,
+            {"temperature": 0.0, "max_tokens": 8192},
+            "orionw/rank1 rank1.py L35, L86-91: temperature=0, max_output_tokens=8192",
+            when=_reasons,
+        )
         for family in ("api", "open")
     ),
     # --- default: every call, and the paper preset's fallback for what no original ran -------
-    Rule("default", ("*",), "reasoning-api", {"max_completion_tokens": REASONING_BUDGET},
-         "default: no temperature (refused), a completion budget reasoning fits"),
-    Rule("default", ("*",), "open", {"temperature": 0.0, "max_tokens": OPEN_REASONING_BUDGET},
-         "default: temperature 0; a reasoning model's budget (R2MED's for open models)",
-         when=_thinks),
+    Rule(
+        "default",
+        ("*",),
+        "reasoning-api",
+        {"max_completion_tokens": REASONING_BUDGET},
+        "default: no temperature (refused), a completion budget reasoning fits",
+    ),
+    Rule(
+        "default",
+        ("*",),
+        "open",
+        {"temperature": 0.0, "max_tokens": OPEN_REASONING_BUDGET},
+        "default: temperature 0; a reasoning model's budget (R2MED's for open models)",
+        when=_thinks,
+    ),
     *(
-        Rule("default", ("*",), family, {"temperature": 0.0, "max_tokens": 512},
-             "default: temperature 0, 512 tokens")
+        Rule(
+            "default",
+            ("*",),
+            family,
+            {"temperature": 0.0, "max_tokens": 512},
+            "default: temperature 0, 512 tokens",
+        )
         for family in ("api", "open")
     ),
 )
@@ -230,9 +328,7 @@ def resolve(
     return _sendable(params, sources, family, model)
 
 
-def _sendable(
-    params: dict[str, Any], sources: dict[str, str], family: str, model: str
-) -> Sampling:
+def _sendable(params: dict[str, Any], sources: dict[str, str], family: str, model: str) -> Sampling:
     not_sent: dict[str, str] = {}
 
     def drop(key: str, why: str) -> None:

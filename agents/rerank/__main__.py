@@ -32,18 +32,19 @@ from agents.config import (
     stages_with,
 )
 from agents.llm.errors import LLMAuthError
+from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
 from eval.datasets import DataError
 from eval.files import describe_os_error
 from eval.runs import read_config
 
 # the flags of agents.run that a rerank of a finished run may set
+# the sampling settings (agents.llm.sampling): the source run's agent was sent its own
+WHAT_THE_SOURCE_DECIDES = ("preset", *SAMPLING_SETTINGS)
+LLM_FLAGS = (*WHAT_THE_SOURCE_DECIDES, "cache", "concurrency", "rate_limit")
 FLAGS = (
-    "rerank", *STAGE_WIDE, "temperature", "max_tokens", "cache", "concurrency", "rate_limit",
-    "prompt", "runs_dir", "run_name", "cache_dir",
+    "rerank", *STAGE_WIDE, *LLM_FLAGS, "prompt", "runs_dir", "run_name", "cache_dir",
 )  # fmt: skip
-LLM_FLAGS = ("temperature", "max_tokens", "cache", "concurrency", "rate_limit")
-WHAT_THE_SOURCE_DECIDES = ("temperature", "max_tokens")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +84,7 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
             if key in llm_given and llm_given[key] != getattr(source.llm, key):
                 raise ConfigError(
                     f"--{key.replace('_', '-')} {llm_given[key]}: the source run's agent used "
-                    f"{getattr(source.llm, key)}; its LLM settings are this run's too"
+                    f"{_used(source, key)}; its LLM settings are this run's too"
                 )
         llm = dataclasses.replace(source.llm, **llm_given)
     else:
@@ -103,6 +104,18 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
         run_name=settings.get("run_name"),
         cache_dir=settings.get("cache_dir") or source.cache_dir,
     )
+
+
+def _used(source: RunConfig, key: str) -> str:
+    """What the source run's agent had for sampling setting ``key``: as given, else what its
+    preset sent its first node."""
+    given = getattr(source.llm, key)
+    if given is not None or key == "preset":
+        return str(given)
+    sent = next(iter(source.sampling.values()), {}).get("params", {})
+    name = SAMPLING_SETTINGS[key]
+    value = sent.get(name, sent.get("max_completion_tokens") if name == "max_tokens" else None)
+    return f"{value} (its preset's)" if value is not None else "none (not sent)"
 
 
 def main(argv: list[str] | None = None) -> int:

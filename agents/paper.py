@@ -1,0 +1,171 @@
+"""Which of R2MED's published rows a run reproduces, from its configuration (config.json).
+
+`paper_row` names the row (`eval.references`) whose setup the run's is: the same agent as
+R2MED's method, the same generating LLM (R2MED's short name, from ``--generations
+r2med:<llm>`` or from the live model's name) and the same first-stage retriever, and for a
+reranker row the same cross-encoder at depth 10 over NV-Embed-v2. Anything else (another
+BM25 than R2MED's, fused retrievers, other rerank stages, a model R2MED did not use) matches
+no row: a figure beside a run must be the one its setup produced in the paper, or none.
+
+The names are R2MED's own (github.com/R2MED/R2MED, src/generate_hypothetical_doc.py
+``model_dict``, src/eval_retrieval.py ``model_path_dict``, src/eval_reranker.py); a model
+matches on the last component of its path, case-insensitively, so ``Qwen/Qwen2.5-7B-Instruct``,
+``openai/Qwen/Qwen2.5-7B-Instruct`` (a vLLM server through litellm) and a local folder of that
+name all name R2MED's ``qwen-7b``. The dataset plays no part in the row; `paper_figures` keeps
+the tasks of the run that are R2MED's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from eval.datasets import r2med_task_name
+from eval.references import Reference, load_references
+
+GENERATE_METHODS = ("hyde", "query2doc", "lamer", "search-o1", "search-r1")
+
+# R2MED's short name of each LLM it generated with -> the model it loaded
+LLMS: dict[str, str] = {
+    "qwen-7b": "Qwen/Qwen2.5-7B-Instruct",
+    "qwen-32b": "Qwen/Qwen2.5-32B-Instruct",
+    "qwen-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "llama-70b": "LLM-Research/Meta-Llama-3.1-70B-Instruct",
+    "gpt4": "gpt-4o-2024-11-20",
+    "o3-mini": "o3-mini",
+    "r1-qwen-32b": "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+    "r1-llama-70b": "deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
+    "huatuo-o1-70b": "FreedomIntelligence/HuatuoGPT-o1-70B",
+    "qwq-32b": "Qwen/QwQ-32B",
+    "qwen3-32b": "Qwen/Qwen3-32B",
+    # Search-R1's own checkpoints (R2MED's search-r1 rows)
+    "qwen-7b-ins": "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo",
+    "qwen-3b-ins": "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-3b-it-em-ppo",
+}
+
+# R2MED's short name of each retriever -> our retriever spec (kind:model)
+RETRIEVERS: dict[str, str] = {
+    "bge": "dense:BAAI/bge-large-en-v1.5",
+    "nv": "dense:nvidia/NV-Embed-v2",
+    "e5": "dense:intfloat/e5-mistral-7b-instruct",
+    "sfr": "dense:Salesforce/SFR-Embedding-Mistral",
+    "grit": "dense:GritLM/GritLM-7B",
+    "contriever": "dense:facebook/contriever-msmarco",
+    "inst-l": "dense:hkunlp/instructor-large",
+    "inst-xl": "dense:hkunlp/instructor-xl",
+    "bmr-410m": "dense:BMRetriever/BMRetriever-410M",
+    "bmr-2b": "dense:BMRetriever/BMRetriever-2B",
+    "bmr-7b": "dense:BMRetriever/BMRetriever-7B",
+    "medcpt": "dense:ncbi/MedCPT-Query-Encoder",
+    "openai": "api:text-embedding-3-large",
+    "voyage": "api:voyage-3",
+}
+R2MED_BM25 = "bm25q"  # R2MED's BM25 (bm25s, "bm25q" here); lucene and okapi are other BM25s
+
+# R2MED's cross-encoder rerankers (src/eval_reranker.py); its rankllama has no stage here
+RERANKERS: dict[str, str] = {
+    "bge-reranker": "BAAI/bge-reranker-v2-m3",
+    "monobert": "castorini/monobert-large-msmarco",
+}
+RERANK_FIRST_STAGE = "nv"
+RERANK_DEPTH = 10
+
+
+def _name(model: str) -> str:
+    """A model's last path component, lower-cased: what R2MED's names are matched on."""
+    return model.strip().rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+# Meta renamed the hub repo R2MED loaded: the same weights under their current name
+_LLM_ALIASES = {"meta-llama/Llama-3.1-70B-Instruct": "llama-70b"}
+_LLM_BY_NAME = {_name(model): short for short, model in LLMS.items()} | {
+    _name(model): short for model, short in _LLM_ALIASES.items()
+}
+_RETRIEVER_BY_NAME = {
+    (spec.split(":", 1)[0], _name(spec.split(":", 1)[1])): short
+    for short, spec in RETRIEVERS.items()
+}
+_RERANKER_BY_NAME = {_name(model): short for short, model in RERANKERS.items()}
+
+
+def r2med_llm(config: Mapping[str, Any]) -> str | None:
+    """R2MED's short name of the LLM that wrote the run's texts, or None."""
+    generations = config.get("generations")
+    if generations:
+        text = str(generations).strip()
+        if not text.lower().startswith("r2med:"):
+            return None  # a file or a run folder: whose texts is not said here
+        return text[len("r2med:") :].partition("@")[0].strip() or None
+    model = (config.get("llm") or {}).get("model")
+    return _LLM_BY_NAME.get(_name(model)) if model else None
+
+
+def r2med_retriever(retriever: Mapping[str, Any]) -> str | None:
+    """R2MED's short name of the run's first-stage retriever, or None."""
+    spec = str(retriever.get("spec") or "").strip()
+    if spec == "bm25":
+        method = (retriever.get("bm25") or {}).get("method")
+        return "bm25" if method == R2MED_BM25 else None
+    kind, colon, model = spec.partition(":")
+    if not colon or "+" in spec:  # the default dense model, or a fusion
+        return None
+    return _RETRIEVER_BY_NAME.get((kind, _name(model)))
+
+
+def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | None:
+    stages = config.get("rerank") or []
+    if len(stages) != 1 or config.get("agent") != "none" or retriever != RERANK_FIRST_STAGE:
+        return None
+    stage = stages[0]
+    options = stage.get("options") or {}
+    if stage.get("kind") != "cross" or options.get("depth") != RERANK_DEPTH:
+        return None
+    reranker = _RERANKER_BY_NAME.get(_name(str(options.get("model") or "")))
+    if reranker is None:
+        return None
+    return f"reranker/{reranker}/{retriever}/top_{RERANK_DEPTH}"
+
+
+def candidate_row(config: Mapping[str, Any]) -> str | None:
+    """The row id the run's setup would have in R2MED's table, whether or not R2MED has it."""
+    retriever = r2med_retriever(config.get("retriever") or {})
+    if config.get("rerank"):
+        return _reranker_row(config, retriever)
+    if retriever is None:
+        return None
+    agent = config.get("agent")
+    if agent == "none":
+        return f"base/{retriever}"
+    if agent in GENERATE_METHODS:
+        llm = r2med_llm(config)
+        return f"{agent}/{llm}/{retriever}" if llm else None
+    return None
+
+
+def paper_row(config: Mapping[str, Any]) -> str | None:
+    """The id of R2MED's published row the run reproduces (``hyde/qwen-7b/bm25``), or None
+    when the setup differs or R2MED published no such row (it has no ``hyde/o3-mini``)."""
+    row = candidate_row(config)
+    return row if row is not None and row in load_references() else None
+
+
+def paper_reference(config: Mapping[str, Any]) -> Reference | None:
+    """The published row of `paper_row`, with its figures."""
+    row = paper_row(config)
+    return load_references()[row] if row is not None else None
+
+
+def paper_figures(
+    config: Mapping[str, Any], task_names: Iterable[str], metric: str = "NDCG@10"
+) -> dict[str, float] | None:
+    """The paper's ``metric`` on each of ``task_names`` that is an R2MED task and in the row,
+    keyed as given; None when the run matches no row ({} when none of its tasks is R2MED's)."""
+    ref = paper_reference(config)
+    if ref is None:
+        return None
+    figures = {}
+    for task in task_names:
+        value = ref.figure(task, metric) if r2med_task_name(task) else None
+        if value is not None:
+            figures[task] = value
+    return figures

@@ -1,0 +1,458 @@
+"""Each method as its original ran it: every rule here names the original's file and line.
+
+Originals read: R2MED/R2MED at 62b7074 (src/base.py, src/eval_BM25.py, src/eval_retrieval.py,
+src/utils.py, src/example.py, src/instrcution.py, src/generate_hypothetical_doc.py),
+sunnynexus/Search-o1 at 6ced48f (scripts/run_search_o1.py, scripts/evaluate.py),
+PeterGriffinJin/Search-R1 at a14dc3a (search_r1/llm_agent/generation.py,
+scripts/nq_hotpotqa/evaluate.sh), xlang-ai/BRIGHT at d99e839 (reason.py),
+sunnweiwei/RankGPT at 0d62bc3 (rank_gpt.py), orionw/rank1 at 30585c2 (rank1.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agents.graphs.combine import generated_request
+from agents.llm import scripted
+from agents.llm.sampling import model_family, resolve
+from agents.llm.text import read_response, reasoning_parser
+from agents.run import main
+from prompts import PromptBook
+from retrievers.base import DenseRetriever
+
+PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
+THOUGHT = "<think>The liver makes glucose.</think>\n\nAnswer: metformin.</think> tail"
+
+
+def records(folder: Path, task: str = "toy") -> dict[str, dict]:
+    lines = (folder / task / "queries.jsonl").read_text().splitlines()
+    return {r["query_id"]: r for r in map(json.loads, lines)}
+
+
+def run(toy_dir: Path, tmp_path: Path, agent: str, *extra: str, model="scripted/test") -> int:
+    return main([
+        "--agent", agent, "--dataset", str(toy_dir), "--model", model,
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+        "--run-name", "r", "--quiet", *extra,
+    ])  # fmt: skip
+
+
+# --- reading a reasoning model's text: R2MED src/base.py L7-37 --------------------------------
+
+
+def test_reasoning_models_are_r2meds_list_by_short_and_served_name():
+    # src/base.py L4-5 (r1_model_list) and the branch of split_response_for_r1 for each
+    assert {
+        m: reasoning_parser(m) for m in ("qwq-32b", "r1-llama-70b", "qwen3-8b")
+    } == dict.fromkeys(("qwq-32b", "r1-llama-70b", "qwen3-8b"), "think")
+    assert reasoning_parser("huatuo-o1-70b") == "huatuo-o1"
+    assert reasoning_parser("sky-32b") == "sky-t1"
+    assert reasoning_parser("qwen-7b-ins") == reasoning_parser("qwen-3b-ins") == "search-r1"
+    for plain in ("gpt4", "o3-mini", "qwen-72b", "llama-70b", "qwen-7b"):
+        assert reasoning_parser(plain) == "none"  # not in r1_model_list: the text as written
+    served = {
+        "hosted_vllm/deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": "think",
+        "openai/Qwen/QwQ-32B": "think",
+        "hosted_vllm/Qwen/Qwen3-32B": "think",
+        "hosted_vllm/Qwen/Qwen3-30B-A3B-Instruct-2507": "none",  # never thinks
+        "hosted_vllm/FreedomIntelligence/HuatuoGPT-o1-70B": "huatuo-o1",
+        "hosted_vllm/NovaSky-AI/Sky-T1-32B-Preview": "sky-t1",
+        "hosted_vllm/PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo": "search-r1",
+        "hosted_vllm/Qwen/Qwen2.5-7B-Instruct": "none",
+        "local/qwen2.5-coder-0.5b": "none",
+    }
+    assert {m: reasoning_parser(m) for m in served} == served
+
+
+def test_the_response_is_read_as_split_response_for_r1_reads_it():
+    # L9-13: the text after the FIRST </think>, stripped; without one, all of it, unstripped
+    assert read_response(THOUGHT, "think") == "Answer: metformin.</think> tail"
+    assert read_response("  no think here ", "think") == "  no think here "
+    # L14-20: HuatuoGPT-o1, after the first "Final Response"
+    huatuo = "## Thinking\nreasons\n\n## Final Response\n\nMetformin.\n## Final Response x"
+    assert read_response(huatuo, "huatuo-o1") == "Metformin.\n## Final Response x"
+    assert read_response("no heading", "huatuo-o1") == "no heading"
+    # L21-27: Sky-T1, between the solution tags
+    sky = "<|begin_of_thought|> t <|end_of_thought|><|begin_of_solution|>\n S \n<|end_of_solution|>"
+    assert read_response(sky, "sky-t1") == "S"
+    # L28-34: Search-R1, the FIRST <answer>
+    r1 = "<think>a</think><answer> first </answer> <answer>second</answer>"
+    assert read_response(r1, "search-r1") == "first"
+    assert read_response("<think>x</think>", "search-r1") == "<think>x</think>"
+    assert read_response(THOUGHT, "none") == THOUGHT
+
+
+# --- how a text meets the query: src/eval_BM25.py L124-133, src/eval_retrieval.py L37-44 --------
+
+
+@pytest.mark.parametrize(
+    "method, sparse, dense, expansion",
+    [
+        # eval_BM25.py L133 / eval_retrieval.py L44: the text alone; [query, text] averaged
+        ("hyde", "P", None, "P"),
+        # L128-129: e["text"]*2+" "+e["hy_doc"] (no space between the copies); L41-42: one
+        # string, query + "[SEP]" + text, behind the query instruction
+        ("query2doc", "Q?Q? P", "Q?[SEP]P", ""),
+        ("lamer", "Q? P", None, "P"),  # L130-131; L44
+        ("search-o1", "P", None, "P"),  # R2MED stores Search-o1's output in the same layout
+        ("search-r1", "P", None, "P"),
+    ],
+)
+def test_plain_models_text_meets_the_query_as_r2med_combines_them(method, sparse, dense, expansion):
+    request = generated_request(method, "Q?", "P")
+    assert (request.sparse_text, request.dense_text, request.expansion) == (
+        sparse,
+        dense,
+        expansion,
+    )
+    assert request.query == "Q?"
+
+
+@pytest.mark.parametrize("method", ["hyde", "query2doc", "lamer", "search-o1"])
+def test_a_reasoning_models_response_alone_is_searched_for_every_method(method):
+    # eval_BM25.py L125-126: split_response_for_r1 alone, whatever the method (query2doc and
+    # LameR included); eval_retrieval.py L38-39: [text, response], averaged
+    request = generated_request(method, "Q?", THOUGHT, "think")
+    assert request.sparse_text == "Answer: metformin.</think> tail"
+    assert request.expansion == "Answer: metformin.</think> tail" and request.dense_text is None
+
+
+class RecordingIndex:
+    """A DenseIndex stand-in that records what it is asked to embed."""
+
+    def __init__(self):
+        self.calls = []
+
+    def encode_requests(self, queries, expansions):
+        self.calls.append((list(queries), list(expansions)))
+        return [[0.0]] * len(queries)
+
+    def search_vectors(self, vecs, k):
+        return [{} for _ in vecs]
+
+
+def test_dense_retrievers_embed_what_the_rule_says():
+    # src/utils.py L65-89: a str is embedded behind the query instruction; a [query, text] pair
+    # is two embeddings averaged (the instruction on the query only)
+    index = RecordingIndex()
+    retriever = DenseRetriever(index)
+    retriever.search(generated_request("query2doc", "Q?", "P"), 5)
+    retriever.search(generated_request("hyde", "Q?", "P"), 5)
+    retriever.search(generated_request("query2doc", "Q?", THOUGHT, "think"), 5)
+    assert index.calls == [
+        (["Q?[SEP]P"], [""]),
+        (["Q?"], ["P"]),
+        (["Q?"], ["Answer: metformin.</think> tail"]),
+    ]
+
+
+def test_live_and_replayed_texts_are_searched_alike(toy_dir, tmp_path):
+    """The same text, written live by a reasoning model and replayed from R2MED's layout under
+    its R2MED name, is searched the same way (response alone, query2doc included)."""
+    scripted.install(lambda messages, params: THOUGHT)
+    assert run(toy_dir, tmp_path / "live", "query2doc", "--reasoning", "think") == 0
+    live = records(tmp_path / "live" / "runs" / "r")
+    folder = tmp_path / "released" / "toy" / "query2doc" / "qwq-32b"
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"id": q, "text": "x", "hy_doc": THOUGHT, "doc_id": ["d1"]}) for q in live]
+    (folder / "query_with_hydoc.jsonl").write_text("\n".join(lines) + "\n")
+    source = f"r2med:qwq-32b@{tmp_path / 'released'}"
+    assert run(toy_dir, tmp_path / "replay", "query2doc", "--generations", source) == 0
+    replay = records(tmp_path / "replay" / "runs" / "r")
+    for qid in live:
+        assert live[qid]["steps"][-1]["request"] == replay[qid]["steps"][-1]["request"]
+        assert live[qid]["steps"][-1]["request"]["sparse_text"] == "Answer: metformin.</think> tail"
+        assert replay[qid]["steps"][-1]["reasoning"] == "think"
+    # a plain model's text (R2MED's gpt4) replayed: query*2 + " " + text
+    folder = tmp_path / "released" / "toy" / "query2doc" / "gpt4"
+    folder.mkdir(parents=True)
+    (folder / "query_with_hydoc.jsonl").write_text(
+        "\n".join(json.dumps({"id": q, "hy_doc": PASSAGE}) for q in live) + "\n"
+    )
+    assert run(toy_dir, tmp_path / "gpt4", "query2doc", "--generations",
+               f"r2med:gpt4@{tmp_path / 'released'}") == 0  # fmt: skip
+    rec = records(tmp_path / "gpt4" / "runs" / "r")["q3"]
+    q = "What lowers cholesterol?"
+    assert rec["steps"][-1]["request"]["sparse_text"] == q * 2 + " " + PASSAGE
+    assert rec["steps"][-1]["request"]["dense_text"] == q + "[SEP]" + PASSAGE
+
+
+@pytest.mark.parametrize("agent, llm", [("search-o1", "qwq-32b"), ("search-r1", "qwen-7b-ins")])
+def test_search_agents_rebuild_r2meds_rows_from_its_layout(toy_dir, tmp_path, agent, llm):
+    """R2MED's results/gar/search-o1 and search-r1 rows come from query_with_hydoc.jsonl files
+    like the other methods': a replay reads them at zero cost, each by its model's rule."""
+    scripted.install(lambda messages, params: AssertionError("no model may be called"))
+    text = {
+        "search-o1": "<|begin_search_query|>q<|end_search_query|>...</think>\n\nStatins lower it.",
+        "search-r1": "<think>t</think><search>s</search><answer> statins </answer>"
+        "<answer>x</answer>",
+    }[agent]
+    folder = tmp_path / "released" / "toy" / agent / llm
+    folder.mkdir(parents=True)
+    (folder / "query_with_hydoc.jsonl").write_text(
+        "".join(json.dumps({"id": q, "hy_doc": text}) + "\n" for q in ("q1", "q2", "q3"))
+    )
+    source = f"r2med:{llm}@{tmp_path / 'released'}"
+    assert run(toy_dir, tmp_path, agent, "--generations", source) == 0
+    rec = records(tmp_path / "runs" / "r")["q3"]
+    expected = {"search-o1": "Statins lower it.", "search-r1": "statins"}[agent]
+    assert rec["steps"][-1]["request"]["sparse_text"] == expected
+    assert rec["usage"]["calls"] == 0
+    assert rec["ranking"][0][0] == "d4"
+
+
+# --- query2doc's few-shot examples: R2MED src/example.py, src/instrcution.py L91-100 ----------
+
+EXAMPLES = {  # task -> (example.py key, line, sha256 of the Python string's value, first 16)
+    "Biology": ("Stack-Biology", 3, "774df256099faf9b"),
+    "Bioinformatics": ("Stack-Bioinformatics", 19, "fbf92082ef3ea190"),
+    "Medical-Sciences": ("Stack-Medical", 11, "e5a1cb267bf9f549"),
+    "MedXpertQA-Exam": ("MedXpertQA-Exam", 27, "d8afd4d457496277"),
+    "MedQA-Diag": ("MedQA-Diag", 35, "3b757d2b2fd6c350"),
+    "PMC-Treatment": ("PMC-Treat", 43, "56b00dbce5d6b0b7"),
+    "PMC-Clinical": ("PMCPatients", 51, "164b1526d453ad7e"),
+    "IIYi-Clinical": ("IIYiPatients-EN", 59, "8367aee63bb041c7"),
+}
+# src/instrcution.py L92-99: the templates around {EXAMPLE}, per R2MED key
+R2MED_Q2D = {
+    "Biology": "Write a passage that help answer the Biology post.\n\n###Examples:###\n"
+    "{EXAMPLE}\n\n###Real Test:###\nPost: {TEXT}\nPassage: ",
+    "PMC-Clinical": "Write a similar case to help diagnose the Clinical Case.\n\n###Examples:###"
+    "\n{EXAMPLE}\n\n###Real Test:###\nCase: {TEXT}\nSimilar Case: ",
+    "MedQA-Diag": "Write a passage to help answer the Medical Exam.\n\n###Examples:###\n"
+    "{EXAMPLE}\n\n###Real Test:###\nExam: {TEXT}\nPassage: ",
+}
+
+
+@pytest.mark.parametrize("task", list(EXAMPLES))
+def test_each_r2med_task_gets_r2meds_own_examples(task):
+    book = PromptBook({}, task)
+    examples = book.get("query2doc-examples")
+    assert examples.name == f"query2doc-examples/{task}"
+    assert hashlib.sha256(examples.text.encode()).hexdigest()[:16] == EXAMPLES[task][2]
+    label = "Post:" if task in ("Biology", "Bioinformatics", "Medical-Sciences") else (
+        "Exam:" if task in ("MedXpertQA-Exam", "MedQA-Diag") else "Case:"
+    )  # fmt: skip
+    assert examples.text.startswith(label) and examples.text.endswith("\n")
+    answer = "Similar Case:\n" if task in ("PMC-Clinical", "IIYi-Clinical") else "Passage:\n"
+    # two pairs each with the task's own label; IIYi-Clinical's entry (L59-62) holds one
+    assert examples.text.count(answer) == (1 if task == "IIYi-Clinical" else 2)
+
+
+@pytest.mark.parametrize("task", list(R2MED_Q2D))
+def test_query2doc_prompt_is_r2meds_formatted_twice(task):
+    # instrcution.py L92: .format(EXAMPLE=Example[key], TEXT="{TEXT}"), then
+    # generate_hypothetical_doc.py L185: .format(TEXT=entry['text'])
+    book = PromptBook({}, task)
+    example = book.get("query2doc-examples").text
+    query = "A 30-year-old\nwith {braces}? "
+    ref = R2MED_Q2D[task].format(EXAMPLE=example, TEXT="{TEXT}").format(TEXT=query)
+    assert book.get("query2doc").render(query=query, examples=example) == ref
+
+
+def test_other_data_keeps_the_generic_examples():
+    assert PromptBook({}, "scifact").get("query2doc-examples").name == "query2doc-examples/default"
+
+
+# --- BRIGHT's reasoning rewrite: reason.py L89-91, L157 ------------------------------------
+
+
+def test_reason_collapses_newlines_and_sends_brights_system_message(tmp_path):
+    folder = tmp_path / "nl"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text(json.dumps({"id": "d1", "text": "statins"}) + "\n")
+    (folder / "query.jsonl").write_text(
+        json.dumps({"id": "q1", "text": "line one\nline two"}) + "\n"
+    )
+    (folder / "qrels.jsonl").write_text(json.dumps({"q_id": "q1", "p_id": "d1", "score": 1}) + "\n")
+    seen = []
+    scripted.install(lambda messages, params: seen.append(messages) or "statins")
+    assert run(folder, tmp_path, "reason") == 0
+    system, user = seen[0]
+    assert system == {"role": "system", "content": "You are a helpful assistant"}
+    assert user["content"].startswith("line one line two\n\nInstructions:\n")
+
+
+# --- sampling presets: the parameters a server receives ----------------------------------
+
+
+class Capture(BaseHTTPRequestHandler):
+    bodies: list[dict] = []
+    reply = "Statins inhibit HMG-CoA reductase."
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        out = json.dumps({
+            "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": type(self).reply}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+        }).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    """An OpenAI-compatible server on loopback that records every request body (the port is
+    the server's own, bound before anyone calls it)."""
+    Capture.bodies = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Capture)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", Capture.bodies
+    httpd.shutdown()
+    httpd.server_close()
+
+
+SAMPLING = ("temperature", "top_p", "top_k", "seed", "repetition_penalty", "max_tokens",
+            "max_completion_tokens")  # fmt: skip
+
+
+def sent(body: dict) -> dict:
+    return {k: body[k] for k in SAMPLING if k in body}
+
+
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        # R2MED src/generate_hypothetical_doc.py L13, L96-102: API models at 0.8 / 0.8
+        ("openai/gpt-4o-mini", {"temperature": 0.8, "top_p": 0.8}),
+        # L204, L222: open models on vLLM at 0.7, seed 42, 10240 tokens
+        (
+            "hosted_vllm/Qwen/Qwen2.5-7B-Instruct",
+            {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
+        ),
+        # o3-mini takes no temperature or top_p; R2MED sets no budget for API models
+        ("openai/o3-mini", {}),
+    ],
+)
+def test_paper_preset_sends_each_family_r2meds_settings(toy_dir, tmp_path, server, model, expected):
+    url, bodies = server
+    assert run(toy_dir, tmp_path, "hyde", "--preset", "paper", "--api-base", url, model=model) == 0
+    assert len(bodies) == 3 and all(sent(b) == expected for b in bodies)
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    recorded = config["sampling"]["hyde/generate"]
+    assert recorded["params"] == expected and recorded["preset"] == "paper"
+    assert config["llm"]["preset"] == "paper"
+
+
+def test_reasoning_api_models_work_without_a_preset(toy_dir, tmp_path, server, caplog):
+    url, bodies = server
+    assert run(toy_dir, tmp_path, "hyde", "--api-base", url, model="openai/o3-mini") == 0
+    assert all(sent(b) == {"max_completion_tokens": 25000} for b in bodies)
+    # an explicit budget is its completion budget; a temperature it refuses is not sent
+    assert run(toy_dir, tmp_path, "hyde", "--api-base", url, "--max-tokens", "4000",
+               "--temperature", "0", "--run-name", "t", model="openai/o3-mini") == 0  # fmt: skip
+    assert sent(bodies[-1]) == {"max_completion_tokens": 4000}
+    config = json.loads((tmp_path / "runs" / "t" / "config.json").read_text())
+    assert "refuses temperature" in config["sampling"]["hyde/generate"]["not_sent"]["temperature"]
+    assert "not sent: temperature" in caplog.text
+
+
+def test_explicit_settings_win_over_the_preset(toy_dir, tmp_path, server):
+    url, bodies = server
+    assert run(toy_dir, tmp_path, "hyde", "--preset", "paper", "--temperature", "0.1",
+               "--api-base", url, model="openai/gpt-4o-mini") == 0  # fmt: skip
+    assert sent(bodies[-1]) == {"temperature": 0.1, "top_p": 0.8}
+
+
+def test_search_o1_paper_settings_follow_its_script_per_node_and_model():
+    # run_search_o1.py L124-155, L210-212, L388-394 (reasoning), L300-312 (Reason-in-Documents)
+    qwq = resolve("paper", "search-o1", "reason", "hosted_vllm/Qwen/QwQ-32B", "vllm")
+    assert qwq.params == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
+                          "repetition_penalty": 1.05, "max_tokens": 20480}  # fmt: skip
+    other = resolve("paper", "search-o1", "reason", "hosted_vllm/Qwen/Qwen2.5-7B-Instruct", "vllm")
+    assert other.params["repetition_penalty"] == 1.0 and other.params["max_tokens"] == 8192
+    docs = resolve(
+        "paper", "search-o1", "documents", "hosted_vllm/Qwen/Qwen2.5-7B-Instruct", "vllm"
+    )
+    assert docs.params["repetition_penalty"] == 1.05 and docs.params["max_tokens"] == 8192
+    api = resolve("paper", "search-o1", "reason", "openai/gpt-4o-mini", "openai")
+    assert api.params == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 8192}
+    assert set(api.not_sent) == set()  # the API rule asks for nothing it cannot take
+    given = resolve("paper", "search-o1", "reason", "openai/gpt-4o-mini", "openai",
+                    {"top_k": 5})  # fmt: skip
+    assert "top_k" not in given.params and "open-model servers" in given.not_sent["top_k"]
+
+
+def test_other_originals_settings():
+    # Search-R1 evaluate.sh L37 + greedy validation; BRIGHT reason.py L75-98; RankGPT
+    # rank_gpt.py L186; rank1 rank1.py L35, L86-91
+    vllm = "hosted_vllm/m"
+    assert resolve("paper", "search-r1", "reason", vllm, "vllm").params == {
+        "temperature": 0.0, "max_tokens": 500,
+    }  # fmt: skip
+    assert resolve("paper", "reason", "generate", "openai/gpt-4o", "openai").params == {
+        "temperature": 0.8, "top_p": 0.8, "max_tokens": 2048,
+    }  # fmt: skip
+    assert resolve("paper", "llm-listwise", "window", vllm, "vllm").params == {"temperature": 0.0}
+    rank1 = resolve("paper", "llm-pointwise", "judge", vllm, "vllm", options={"reason": True})
+    assert rank1.params == {"temperature": 0.0, "max_tokens": 8192}
+    # what no original ran keeps the defaults
+    assert resolve("paper", "tool-search", "reason", vllm, "vllm").params == {
+        "temperature": 0.0, "max_tokens": 512,
+    }  # fmt: skip
+
+
+def test_families():
+    assert model_family("local/qwen2.5-coder-0.5b", "local") == "open"
+    assert model_family("openai/Qwen2.5-7B", "vllm") == "open"
+    assert model_family("openai/o4-mini", "openai") == "reasoning-api"
+    assert model_family("openai/gpt-5-mini", "openai") == "reasoning-api"
+    assert model_family("openai/gpt-4o-mini", "openai") == "api"
+    assert model_family("anthropic/claude-3-7-sonnet-20250219", "openai") == "api"
+    # the default gives an open reasoning model a budget its thinking fits
+    assert resolve("default", "hyde", "generate", "hosted_vllm/Qwen/QwQ-32B", "vllm").params == {
+        "temperature": 0.0, "max_tokens": 10240,
+    }  # fmt: skip
+    assert resolve("default", "hyde", "generate", "local/qwen2.5-coder-0.5b", "local").params == {
+        "temperature": 0.0, "max_tokens": 512,
+    }  # fmt: skip
+
+
+# --- the README's agents table: R2MED's own figures -----------------------------------------
+
+README_ROWS = {  # agent -> (its BM25 row, its best row), as the README's table names them
+    "none": ("base/bm25", "base/nv"),
+    "hyde": ("hyde/gpt4/bm25", "hyde/huatuo-o1-70b/nv"),
+    "query2doc": ("query2doc/gpt4/bm25", "query2doc/gpt4/nv"),
+    "lamer": ("lamer/gpt4/bm25", "lamer/qwen-72b/nv"),
+    "search-o1": (None, "search-o1/qwq-32b/nv"),
+    "search-r1": (None, "search-r1/qwen-7b-ins/nv"),
+}
+
+
+def test_the_readmes_agents_table_holds_r2meds_own_figures():
+    import re
+
+    from eval.references import load_references
+    from tests.conftest import REPO
+
+    table = load_references()
+    lines = (REPO / "README.md").read_text().splitlines()
+    for agent, (bm25, best) in README_ROWS.items():
+        row = next(line for line in lines if line.startswith(f"| `{agent}` |"))
+        figures = [float(x) for x in re.findall(r"\b(\d\d\.\d\d)\b", row.rsplit("|", 2)[-2])]
+        expected = [round(table[r].average() * 100, 2) for r in (bm25, best) if r is not None]
+        assert figures == expected, agent
+        # "best row": no row of the method has a higher average
+        method = "base" if agent == "none" else agent
+        rows = [r for r in table.values() if r.row.split("/")[0] == method]
+        assert max(round(r.average() * 100, 2) for r in rows) == expected[-1], agent
+        if bm25 is not None:  # and its BM25 figure is the best BM25 row
+            bm25_rows = [r for r in rows if r.row.endswith("/bm25")]
+            assert max(round(r.average() * 100, 2) for r in bm25_rows) == expected[0], agent
