@@ -216,3 +216,32 @@ def test_registering_twice_keeps_one_local_entry_and_the_others(monkeypatch):
     register_local_provider()
     providers = [item["provider"] for item in litellm.custom_provider_map]
     assert providers == ["elsewhere", "local"]
+
+
+def test_llama_cpp_is_built_for_the_pinned_instruction_set():
+    """The install builds llama.cpp with fixed flags (.ci/llama-build-flags, the README's
+    install line): AVX2 kernels, never the host's own (AMX crashes llama_decode; other
+    kernels give other outputs on other machines)."""
+    import platform
+    import re
+
+    from tests.conftest import REPO
+
+    flags = re.search(
+        r'CMAKE_ARGS="\$\{CMAKE_ARGS:-\} ([^"]+)"', (REPO / ".ci/llama-build-flags").read_text()
+    )
+    readme = re.search(r'CMAKE_ARGS="([^"]+)" pip install', (REPO / "README.md").read_text())
+    assert flags and readme and flags.group(1) == readme.group(1)
+    if importlib.util.find_spec("llama_cpp") is None or platform.machine() not in (
+        "x86_64",
+        "AMD64",
+    ):
+        pytest.skip("llama.cpp's instruction set is pinned for x86-64 builds")
+    import llama_cpp
+
+    info = llama_cpp.llama_print_system_info().decode()
+    assert "AVX2 = 1" in info and "FMA = 1" in info, info
+    assert "AMX" not in info and "AVX512 = 1" not in info, (
+        f"llama-cpp-python was built for this host's CPU ({info.strip()}); reinstall it with "
+        "the README's install command"
+    )

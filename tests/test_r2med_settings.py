@@ -289,12 +289,21 @@ class Capture(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).bodies.append(body)
-        out = json.dumps({
-            "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": type(self).reply}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
-        }).encode()  # fmt: skip
+        usage = {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+        if self.path.endswith("/chat/completions"):
+            out = json.dumps({
+                "id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": type(self).reply}}],
+                "usage": usage,
+            }).encode()  # fmt: skip
+        else:  # llama.cpp's completions endpoint (--server llamacpp)
+            out = json.dumps({
+                "id": "c", "object": "text_completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "text": type(self).reply,
+                             "logprobs": None}],
+                "usage": usage,
+            }).encode()  # fmt: skip
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -306,7 +315,7 @@ class Capture(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def server():
+def server_url():
     """An OpenAI-compatible server on loopback that records every request body (the port is
     the server's own, bound before anyone calls it)."""
     Capture.bodies = []
@@ -340,8 +349,10 @@ def sent(body: dict) -> dict:
         ("openai/o3-mini", {}),
     ],
 )
-def test_paper_preset_sends_each_family_r2meds_settings(toy_dir, tmp_path, server, model, expected):
-    url, bodies = server
+def test_paper_preset_sends_each_family_r2meds_settings(
+    toy_dir, tmp_path, server_url, model, expected
+):
+    url, bodies = server_url
     assert run(toy_dir, tmp_path, "hyde", "--preset", "paper", "--api-base", url, model=model) == 0
     assert len(bodies) == 3 and all(sent(b) == expected for b in bodies)
     config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
@@ -350,8 +361,8 @@ def test_paper_preset_sends_each_family_r2meds_settings(toy_dir, tmp_path, serve
     assert config["llm"]["preset"] == "paper"
 
 
-def test_reasoning_api_models_work_without_a_preset(toy_dir, tmp_path, server, caplog):
-    url, bodies = server
+def test_reasoning_api_models_work_without_a_preset(toy_dir, tmp_path, server_url, caplog):
+    url, bodies = server_url
     assert run(toy_dir, tmp_path, "hyde", "--api-base", url, model="openai/o3-mini") == 0
     assert all(sent(b) == {"max_completion_tokens": 25000} for b in bodies)
     # an explicit budget is its completion budget; a temperature it refuses is not sent
@@ -363,11 +374,31 @@ def test_reasoning_api_models_work_without_a_preset(toy_dir, tmp_path, server, c
     assert "not sent: temperature" in caplog.text
 
 
-def test_explicit_settings_win_over_the_preset(toy_dir, tmp_path, server):
-    url, bodies = server
+def test_explicit_settings_win_over_the_preset(toy_dir, tmp_path, server_url):
+    url, bodies = server_url
     assert run(toy_dir, tmp_path, "hyde", "--preset", "paper", "--temperature", "0.1",
                "--api-base", url, model="openai/gpt-4o-mini") == 0  # fmt: skip
     assert sent(bodies[-1]) == {"temperature": 0.1, "top_p": 0.8}
+
+
+@pytest.mark.parametrize("server", ["vllm", "llamacpp"])
+def test_open_model_servers_get_search_o1s_own_sampling_parameters(toy_dir, tmp_path, server_url,
+                                                                    server):  # fmt: skip
+    """vLLM takes top_k and repetition_penalty beside the OpenAI fields; llama.cpp's server
+    calls the penalty repeat_penalty (and gets min_p 0, so only the asked-for samplers act)."""
+    url, bodies = server_url
+    args = ["--preset", "paper", "--api-base", url, "--server", server, "--max-turns", "1"]
+    if server == "llamacpp":
+        args += ["--chat-template", "chatml"]
+    assert run(toy_dir, tmp_path, "search-o1", *args, model="openai/QwQ-32B") == 0
+    body = bodies[0]
+    common = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_tokens": 20480}
+    assert {k: body[k] for k in common} == common
+    if server == "vllm":
+        assert body["repetition_penalty"] == 1.05 and "messages" in body
+    else:
+        assert body["repeat_penalty"] == 1.05 and body["min_p"] == 0.0 and "prompt" in body
+        assert "repetition_penalty" not in body
 
 
 def test_search_o1_paper_settings_follow_its_script_per_node_and_model():
@@ -456,3 +487,18 @@ def test_the_readmes_agents_table_holds_r2meds_own_figures():
         if bm25 is not None:  # and its BM25 figure is the best BM25 row
             bm25_rows = [r for r in rows if r.row.endswith("/bm25")]
             assert max(round(r.average() * 100, 2) for r in bm25_rows) == expected[0], agent
+
+
+def test_the_preset_is_one_setting_for_flags_sweeps_and_python(tmp_path):
+    from agents.config import LLMConfig, RunConfig, from_dict, from_settings, to_dict
+    from agents.sweep import cells, load_sweep
+
+    config = from_settings({"agent": "hyde", "preset": "paper", "seed": 7})
+    assert config == RunConfig(agent="hyde", llm=LLMConfig(preset="paper", seed=7))
+    assert from_dict(to_dict(config)) == config
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(
+        f'output = "{tmp_path / "out"}"\nagents = ["hyde"]\n[options]\npreset = "paper"\n'
+    )
+    (cell,), _ = cells(load_sweep(sweep))
+    assert cell.config.llm.preset == "paper"
