@@ -55,6 +55,7 @@ from retrievers.config import (
 )
 
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
+DEFAULT_TIMEOUT_S = 600.0  # per attempt: long enough for a reasoning answer, not a hung server
 CACHE_MODES = ("use", "refresh", "off")  # agents.llm.client checks the same three
 
 
@@ -175,6 +176,11 @@ class RunConfig:
     reasoning: str = "auto"
     # recorded: "<agent or stage>/<node>" -> what its calls are sent (agents.llm.sampling)
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    # seconds an LLM or embedding call waits for the server's answer, per attempt
+    timeout: float = DEFAULT_TIMEOUT_S
+    # recorded: what decides a fresh run's outputs on this machine (llama.cpp's build and the
+    # CPU, for embedded models); not part of the binding: a cached rerun is the same anywhere
+    machine: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
@@ -215,6 +221,8 @@ class RunConfig:
         object.__setattr__(self, "prompts", dict(self.prompts))
         object.__setattr__(self, "sampling", dict(self.sampling))
         check_field(self, "reasoning", "", one_of(REASONING_SETTINGS), ConfigError)
+        check_field(self, "timeout", "", positive_float, ConfigError)
+        object.__setattr__(self, "machine", dict(self.machine))
 
     @property
     def uses_llm(self) -> bool:
@@ -306,7 +314,7 @@ def default_run_name(config: RunConfig, variant: str | None = None) -> str:
 
 # --- serialising ---------------------------------------------------------------------------
 
-RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files")  # where, not what
+RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files", "timeout", "machine")  # not what
 LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing")  # how fast, not what
 
 
@@ -504,6 +512,13 @@ SETTINGS: dict[str, Setting] = {
         "R2MED's BM25 script does",
     ),
     "limit": Setting("limit", "only the first N queries per task", positive_int),
+    "timeout": Setting(
+        "timeout",
+        "seconds an LLM or embedding call waits for the server's answer, per attempt; a run "
+        "whose server stops answering ends with one line naming it",
+        positive_float,
+        metavar="SECONDS",
+    ),
     "generations": Setting(
         "generations",
         "hyde, query2doc, lamer: read each query's text instead of calling a model: "

@@ -453,14 +453,15 @@ class _Bounds:
         from prompts import format_docs
 
         book = self.book
-        prompt, system = book.get(spec.prompt), book.get("system")
+        prompt = book.get(spec.prompt)
+        system = book.get("system", spec.system) if spec.system else book.get("system")
         values = {"query": query, "docs": ""}
         if spec.reads_docs:
             values["docs"] = format_docs(self.texts(LAMER_DOCS, LAMER_DOC_WORDS), LAMER_DOC_WORDS)
         if spec.few_shot:
-            values["examples"] = book.get(f"{spec.prompt}-examples").text
+            values["examples"] = book.get(f"{spec.prompt}-examples").render()
         messages = [
-            {"role": "system", "content": system.text},
+            {"role": "system", "content": system.render()},
             {"role": "user", "content": prompt.render(**values)},
         ]
         assert self.config.llm is not None
@@ -551,7 +552,7 @@ class _Bounds:
         nudged = o["final_nudge"]
         for turn in range(1, turns + 1):
             last = turn == turns and nudged
-            shown_segments = segments + [env_segment(nudge.text, wrap=False)] * last
+            shown_segments = segments + [env_segment(nudge.render(), wrap=False)] * last
             messages = build_messages(prompt, shown_segments, mode, chat)
             call = self.call(model, messages, m, "agent")
             if call is None:
@@ -572,7 +573,7 @@ class _Bounds:
         corpus = self.task.corpus
         tools = tool_schemas(self.book, o)
         prompt = self.book.get("tool-search").render(query=query, max_searches=o["max_searches"])
-        nudge = {"role": "user", "content": self.book.get("tool-search", "nudge").text}
+        nudge = {"role": "user", "content": self.book.get("tool-search", "nudge").render()}
         output = self.filler(m)
         # the worst case: every search and read the limits allow, all made in the first turn
         # (in parallel), each search's max_k hits and each read the corpus's longest documents

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import logging
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from agents.rerank import StageContext, StageGraph
 from agents.runner import ranking_of, run_queries
 from eval import runs
 from eval.datasets import Task, default_cache_dir, load_tasks, task_fingerprint
-from eval.evaluate import Evaluation, evaluate, pad_run
+from eval.evaluate import Evaluation, evaluate, pad_run, top_k
 from eval.files import safe_name, writable_folder
 from eval.report import leaderboard_markdown, results_json, write_results_json
 from eval.trec import write_run
@@ -115,6 +116,33 @@ async def arun(
         for model, api_base in config.llm_targets():
             check_model(model)
             check_credentials(model, api_base)
+    try:
+        return await _arun(config, spec, cache_dir, overwrite, progress, on_task, started)
+    finally:
+        if "litellm" in sys.modules:  # its HTTP sessions, if a run opened any
+            from agents.llm.client import close_clients
+
+            await close_clients()
+
+
+async def _arun(
+    config: RunConfig,
+    spec: AgentSpec,
+    cache_dir: Path,
+    overwrite: bool,
+    progress: bool,
+    on_task: Callable[[TaskResult], None] | None,
+    started: float,
+) -> RunResult:
+    from agents import machine
+
+    # the clients first: a llama.cpp server that reports no chat template is refused before a
+    # run folder exists
+    llms = _llms(config, cache_dir)
+    for client in llms.values():
+        client.prepare()
+    embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
+    config = dataclasses.replace(config, machine=machine.describe(embedded))
     source = read_source_run(config) if config.source_run else None
     overrides = {name: Path(path) for name, path in config.prompt_files.items()}
     tasks = load_tasks(config.dataset, cache_dir)
@@ -146,7 +174,6 @@ async def arun(
                 if not overwrite:
                     raise
                 shutil.rmtree(run_dir / folder)  # its records answer other data
-        llms = _llms(config, cache_dir)
         results: dict[str, TaskResult] = {}
         for task, folder, fingerprint in zip(tasks, folders, fingerprints, strict=True):
             result = await run_task(
@@ -205,6 +232,19 @@ def record_prompts(
             if STAGES[stage.kind].uses_llm:  # the others read no prompt (and may load models)
                 STAGES[stage.kind].build(_stage_context(stage, task, config, None, books, None))
         used.update(books[task.name].used)
+    # an override no prompt of the run reads would change nothing, silently (a prompt of
+    # another agent, a task kind the dataset lacks, a replay that sends no prompt); a rerank
+    # keeps its source run's, which its agent read
+    inherited = set(source.prompt_files) if source is not None else set()
+    read = set().union(*(b.overrides_read for b in books.values()))
+    unread = sorted(set(config.prompt_files) - read - inherited)
+    if unread:
+        from prompts import PromptError
+
+        raise PromptError(
+            f"--prompt {unread[0]}={config.prompt_files[unread[0]]}: no prompt this run sends "
+            f"reads it (it sends: {', '.join(sorted(used)) or 'none'})"
+        )
     return dict(sorted(used.items()))
 
 
@@ -314,6 +354,7 @@ def _llms(config: RunConfig, cache_dir: Path) -> dict[tuple[str, str | None], An
             server=llm.server if api_base == llm.api_base else "auto",
             chat_template=llm.chat_template if api_base == llm.api_base else None,
             routing=llm.routing,
+            timeout=config.timeout,
         )
         for model, api_base in config.llm_targets()
     }
@@ -542,7 +583,9 @@ async def run_task(
         retriever = (
             bm25
             if config.retriever.spec == "bm25"
-            else build_retriever(config.retriever, task, cache_dir, progress)
+            else build_retriever(
+                config.retriever, task, cache_dir, progress, embedding_transport(config)
+            )
         )
         ctx = AgentContext(
             retriever=retriever,
@@ -650,12 +693,33 @@ def _limited(task: Task, limit: int | None) -> dict[str, str]:
     return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
 
 
+def embedding_transport(config: RunConfig) -> dict[str, Any]:
+    """What every embedding API call gets beside its parameters: the run's timeout, and the
+    LLM client's rule for a server that needs no key (a placeholder when the provider's key
+    variable is unset and ``--embed-api-base`` names a server)."""
+    transport: dict[str, Any] = {"timeout": config.timeout}
+    api = config.retriever.api
+    models = [p.arg for p in config.retriever.parts if p.kind == "api"]
+    if api.api_base and models and "api_key" not in api.params:
+        from agents.llm.client import missing_key_variables
+        from agents.secrets import NO_KEY_PLACEHOLDER
+
+        if any(missing_key_variables(m) for m in models):
+            transport["api_key"] = NO_KEY_PLACEHOLDER
+    return transport
+
+
 def baseline_run(bm25: Retriever, queries: dict[str, str], depth: int) -> dict:
     return {q: bm25.search(SearchRequest(query=text), depth) for q, text in queries.items()}
 
 
 def _final_run(run: dict, task: Task, config: RunConfig) -> dict:
-    return pad_run(run, list(task.corpus), config.eval.depth) if config.eval.pad else run
+    """The run as it is scored and as run.trec holds it: padded when asked, then its top
+    depth, so that metrics.json and eval.score on run.trec count the same documents."""
+    depth = config.eval.depth
+    if config.eval.pad:
+        run = pad_run(run, list(task.corpus), depth)
+    return run if depth is None else top_k(run, depth, config.eval.ties)
 
 
 def _searches_per_query(records: dict) -> float:

@@ -13,6 +13,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from agents import interrupt
 from agents.config import (
     DEFAULT_MODEL,
     ConfigError,
@@ -21,7 +22,7 @@ from agents.config import (
     settings_from_args,
     to_dict,
 )
-from agents.llm.errors import LLMAuthError
+from agents.llm.errors import LLMRunError
 from agents.paper import paper_reference
 from agents.pipeline import HEADLINE, RunResult, TaskResult, run
 from agents.registry import AGENTS, STAGES
@@ -108,6 +109,7 @@ def report(result: TaskResult, paper: Reference | None = None) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    interrupt.install()
     try:
         config = from_settings(settings_from_args(args))
         if args.dry_run:  # writes nothing: no run folder, no cache entry
@@ -125,9 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, ValueError) as e:  # every refusal is a one-line ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except LLMAuthError as e:  # every other query would fail alike; finished ones are kept
+    except LLMRunError as e:  # every other query would fail alike; finished ones are kept
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupt.interrupted()
     except OSError as e:  # a disk that fills up or turns read-only mid-run
         print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
         return 2

@@ -5,10 +5,11 @@ loses nothing already answered. Re-running skips queries that have a record with
 failed ones are tried again (their new record is appended and the last record of a query wins
 when reading).
 
-An `LLMAuthError` is not a query's failure but the run's: no further query starts, the queries
-in flight end (a missing key fails them at their next uncached call), their records are kept,
-and the error is raised to the caller. The queries it stopped get no record, so a re-run with
-a key answers them.
+An `LLMRunError` (a missing or rejected key, a server that stopped answering) is not a query's
+failure but the run's: no further query starts, the queries in flight end (they meet the same
+fault at their next uncached call), their records are kept, and the error is raised to the
+caller. The queries it stopped get no record, so a re-run answers them. A query's own failure is
+recorded with its reason, and each distinct reason is said once on the console as it happens.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tqdm import tqdm
 
 from agents import secrets
 from agents.graphs.context import steps_usage
-from agents.llm.errors import LLMAuthError
+from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.runs import read_records, record_line
 
@@ -48,7 +49,7 @@ async def _run_one(graph: Any, query_id: str, query: str) -> dict:
         state = await graph.ainvoke(
             {"query_id": query_id, "query": query, "steps": [], "generated": {}}
         )
-    except LLMAuthError:
+    except LLMRunError:
         raise
     except Exception as e:  # one query's failure must not end the run; it is recorded
         error = redact(f"{type(e).__name__}: {e}")
@@ -102,7 +103,8 @@ async def run_queries(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     _end_torn_line(out)
-    auth_errors: list[LLMAuthError] = []
+    auth_errors: list[LLMRunError] = []
+    reasons: set[str] = set()
     with open(out, "a", encoding="utf-8") as f:
 
         async def one(query_id: str) -> None:
@@ -111,9 +113,12 @@ async def run_queries(
                     return
                 try:
                     record = await _run_one(graph, query_id, queries[query_id])
-                except LLMAuthError as e:
+                except LLMRunError as e:
                     auth_errors.append(e)
                     return
+            if record["error"] and record["error"] not in reasons:
+                reasons.add(record["error"])  # once per reason, not once per query
+                bar.write(f"{label}: query {query_id} failed: {record['error']}", file=sys.stderr)
             f.write(record_line(record))
             f.flush()
             # the next query may start while the disk syncs; the record is durable before it counts

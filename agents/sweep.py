@@ -11,7 +11,11 @@ sub-folder per dataset when there are several).
 
 Cells that would run the same configuration are run once: agents without an LLM ignore the
 model and prompt axes (unless a rerank stage calls a model), and a prompt variant that
-overrides no prompt an agent or its stages use is that agent's run without overrides.
+overrides no prompt an agent or its stages use is that agent's run without overrides. An
+override that no cell of the whole grid reads is refused, as is a ``[compare]`` value
+eval.compare would reject (a baseline that names no cell, an unknown metric or test): the
+whole file is checked in `load_sweep`, before any cell runs. A baseline names one cell; on
+each other dataset the cell of the same setup is the baseline.
 
 `reranks` is a list of rerank chains (each a list of `--rerank` specs, [] for none); the
 stage-wide settings (`rerank_depth`, `rerank_window`, ...) apply to the chains whose stages
@@ -29,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents import interrupt
 from agents.config import (
     DEFAULT_MODEL,
     SETTINGS,
@@ -42,11 +47,12 @@ from agents.config import (
     takes_wide,
     to_dict,
 )
-from agents.llm.errors import LLMAuthError
+from agents.llm.errors import LLMRunError
 from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
 from eval.files import FolderError, describe_os_error, safe_name, writable_folder, write_json
 from eval.runs import CONFIG_FILE
+from prompts import prompt_family
 
 _AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
 AXES = ("agent", "dataset", "retriever", "model", "prompt", "rerank")  # set per cell by the grid
@@ -56,6 +62,7 @@ TOP_KEYS = {
     "compare", "reranks",
 }  # fmt: skip
 COMPARE_KEYS = {"metric", "baseline", "test"}
+MAX_LISTED = 12  # cell names an error lists
 
 
 class SweepError(ValueError):
@@ -212,6 +219,11 @@ def load_sweep(path: Path | str) -> Sweep:
         raise fail(
             f"compare.{unknown[0]}", f"unknown key; known: {', '.join(sorted(COMPARE_KEYS))}"
         )
+    for key, value in compare.items():  # checked now, not after every cell has been paid for
+        try:
+            _check_compare_value(key, value)
+        except ValueError as e:
+            raise fail(f"compare.{key}", str(e)) from None
 
     output = raw.get("output", path.stem)
     cache_dir = raw.get("cache_dir")
@@ -232,37 +244,83 @@ def load_sweep(path: Path | str) -> Sweep:
         reranks=reranks,
     )
     try:
-        cells(sweep)  # every cell's config is checked before anything runs
+        grid = _grid(sweep)  # every cell's config is checked before anything runs
     except ConfigError as e:
         raise SweepError(f"{where}: {e}") from None
+    for variant, key in _unread_overrides(sweep, grid.cells):
+        replay = options.get("generations")
+        hint = " (with generations, the agents send no prompt)" if replay else ""
+        raise fail(
+            f"prompts.{variant}",
+            f"overrides prompt {key!r}, which no agent or rerank stage of this sweep reads{hint}",
+        )
+    _baselines(sweep, grid)  # a baseline that names no cell is refused now
     return sweep
+
+
+@dataclass
+class _Grid:
+    cells: list[Cell]
+    # a duplicate's name -> the name of the cell that runs it
+    aliases: dict[str, str] = field(default_factory=dict)
+    # each cell's name -> what it runs, less the dataset: the same setup on another dataset
+    setups: dict[str, tuple] = field(default_factory=dict)
 
 
 def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
     """The grid's distinct runs, in config order, and a note for each duplicate left out."""
-    out: list[Cell] = []
-    notes: list[str] = []
+    grid = _grid(sweep)
+    notes = [f"{dup} is the same run as {kept}; run once" for dup, kept in grid.aliases.items()]
+    return grid.cells, notes
+
+
+def baselines(sweep: Sweep) -> dict[str, str]:
+    """The ``[compare]`` baseline's cell on each dataset (its setup, run on that dataset);
+    {} without a baseline. SweepError when the baseline names no cell of the grid."""
+    return _baselines(sweep, _grid(sweep))
+
+
+def _baselines(sweep: Sweep, grid: _Grid) -> dict[str, str]:
+    baseline = sweep.compare.get("baseline")
+    if baseline is None:
+        return {}
+    # a duplicate's name is the cell it is the same run as, on any dataset
+    kept = grid.aliases.get(baseline, baseline)
+    if kept not in grid.setups:
+        names = [c.name for c in grid.cells]
+        shown = ", ".join(names[:MAX_LISTED]) + (", ..." if len(names) > MAX_LISTED else "")
+        raise SweepError(
+            f"{sweep.path}: key 'compare.baseline': no cell is named {baseline!r}; cells: {shown}"
+        )
+    setup = grid.setups[kept]
+    return {c.dataset: c.name for c in grid.cells if grid.setups[c.name] == setup}
+
+
+def _grid(sweep: Sweep) -> _Grid:
+    grid = _Grid([])
     seen: dict[tuple, str] = {}
     shared = {k: v for k, v in sweep.options.items() if k not in RUN_KEYS}
-    grid = [
+    combos = [
         (dataset, agent, retriever, chain)
         for dataset in sweep.datasets
         for agent in sweep.agents
         for retriever in sweep.retrievers
         for chain in sweep.reranks
     ]
-    for dataset, agent, retriever, chain in grid:
+    for dataset, agent, retriever, chain in combos:
         spec = AGENTS[agent]
         stages = [STAGES[stage_kind(text)] for text in chain]
         replay = bool(shared.get("generations"))  # the agent reads its texts, calls no model
         agent_prompts = () if replay else spec.prompts  # a replay sends no prompt of its own
-        families = {
-            p.split("/")[0] for p in (*agent_prompts, *(p for s in stages for p in s.prompts))
-        }
+        stage_prompts = [p for s in stages for p in s.prompts]
         uses_llm = (spec.uses_llm and not replay) or any(s.uses_llm for s in stages)
         for model in sweep.models if uses_llm else [None]:
             for variant, overrides in sweep.prompts.items():
-                used = {k: v for k, v in overrides.items() if k.split("/")[0] in families}
+                used = {
+                    k: v for k, v in overrides.items()
+                    if any(_reads(p, k) for p in agent_prompts)
+                    or any(_reads(p, k, helpers=True) for p in stage_prompts)
+                }  # fmt: skip
                 settings = {
                     # a stage-wide option goes to the chains with a stage that has it
                     **{k: v for k, v in shared.items()
@@ -278,16 +336,50 @@ def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
                     settings["prompt"] = {k: str(v) for k, v in used.items()}
                 config = from_settings(settings)
                 name = default_run_name(config, variant if model else None)
-                key = (dataset, agent, retriever, tuple(chain), model,
-                       tuple(sorted(used.items())))  # fmt: skip
+                setup = (agent, retriever, tuple(chain), model, tuple(sorted(used.items())))
+                key = (dataset, *setup)
                 if key in seen:
                     if seen[key] != name:
-                        notes.append(f"{name} is the same run as {seen[key]}; run once")
+                        grid.aliases.setdefault(name, seen[key])
                     continue
                 seen[key] = name
+                grid.setups[name] = setup
                 config = dataclasses.replace(config, run_name=name)
-                out.append(Cell(name, dataset, config))
-    return out, notes
+                grid.cells.append(Cell(name, dataset, config))
+    return grid
+
+
+def _reads(entry: str, key: str, helpers: bool = False) -> bool:
+    """Whether the prompt a registry entry names reads the override ``key``.
+
+    "search-o1/documents" (a helper) reads only its own override; "hyde" reads the family's
+    main prompt ("hyde", "hyde/exam", "hyde/Biology"), and with ``helpers`` (a rerank stage,
+    which names only its family) the family's helpers too ("rerank-listwise/passage"). So
+    hyde's "system" reads no "system/reason" override, which only the reason agent reads.
+    """
+    if "/" in entry:
+        return key == entry
+    family = prompt_family(key)
+    return family == entry or (helpers and family.startswith(f"{entry}/"))
+
+
+def _unread_overrides(sweep: Sweep, grid: list[Cell]) -> list[tuple[str, str]]:
+    """(variant, prompt) for each override that no cell of the grid reads."""
+    read = {k for cell in grid for k in cell.config.prompt_files}
+    return [(v, k) for v, table in sweep.prompts.items() for k in table if k not in read]
+
+
+def _check_compare_value(key: str, value: Any) -> None:
+    """ValueError unless ``value`` is one eval.compare takes for ``[compare]`` key ``key``."""
+    from eval.metrics import parse_metric
+    from eval.significance import TESTS
+
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    if key == "metric":
+        parse_metric(value)
+    elif key == "test" and value not in TESTS:
+        raise ValueError(f"unknown test {value!r}; use one of {', '.join(TESTS)}")
 
 
 def _takes(stage_text: str, key: str) -> bool:
@@ -300,6 +392,7 @@ def run_sweep(sweep: Sweep) -> int:
     from eval.compare import CompareError, compare_runs, comparison_markdown, write_comparison
 
     grid, notes = cells(sweep)
+    bases = baselines(sweep)
     runs_dir = writable_folder(sweep.output / "runs", f"{sweep.path}: output")
     for note in notes:
         print(note)
@@ -323,8 +416,10 @@ def run_sweep(sweep: Sweep) -> int:
         if len(sweep.datasets) > 1:
             out = out / safe_name(Path(dataset).name or dataset)
         names = [c.name for c in group]
-        baseline = sweep.compare.get("baseline")
-        if baseline not in names:
+        baseline = bases.get(dataset)
+        if baseline is not None and baseline not in names:
+            print(f"warning: the baseline {baseline} did not finish; {dataset} is compared "
+                  f"against {names[0]} this time", file=sys.stderr)  # fmt: skip
             baseline = None
         try:
             comparison = compare_runs(
@@ -356,7 +451,7 @@ def _run_cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
         result = run(
             cell.config, overwrite=overwrite, progress=not quiet, on_task=lambda t: print(report(t))
         )
-    except (ValueError, LLMAuthError) as e:  # this cell only
+    except (ValueError, LLMRunError) as e:  # this cell only
         print(f"error: {cell.name}: {e}", file=sys.stderr)
         return 2
     except OSError as e:
@@ -372,12 +467,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("config", type=Path, help="the sweep's TOML file (see docs/sweep-example.toml)")
     args = p.parse_args(argv)
+    interrupt.install()
     try:
         sweep = load_sweep(args.config)
         return run_sweep(sweep)
     except (SweepError, FolderError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupt.interrupted()
 
 
 if __name__ == "__main__":

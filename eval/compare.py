@@ -9,11 +9,14 @@ it plus every query's score and trajectory (`eval.html_report`). See docs/experi
 Decisions worth knowing:
 
 * Scores come from each task's ``per_query.jsonl``; only a metric it lacks is recomputed
-  from ``run.trec`` and the qrels (``eval.evaluate``, missing queries scoring 0). So a table
-  cell is the same number the run's own ``metrics.json`` holds, which is checked and any
-  disagreement is reported.
+  from ``run.trec`` and the qrels (``eval.evaluate`` under the run's own ``missing`` and
+  ``ties``). So a run's scores are the ones its own ``metrics.json`` averaged: every run's
+  mean is checked against it, and a disagreement, or a reason the check cannot be made
+  (damaged or absent metrics.json, a metric it lacks), is a note, never silence.
 * Runs are compared on the tasks they all have and, per task, on the queries they all
-  answered; whatever is dropped is listed in the notes. A query a run failed counts 0.
+  answered; whatever is dropped is listed in the notes. A query a run failed or ranked
+  nothing for counts as its metrics.json counted it: 0 under ``missing=zero``, left out
+  under ``missing=present`` (``eval.evaluate``'s one definition of a present query).
 * Overall significance pools the per-query scores of every task (task-prefixed query ids),
   so a task with many queries weighs more there than in Avg, which is a mean of task means.
 * A task whose ranking went through rerank stages is scored on its final stage (see
@@ -42,7 +45,7 @@ from typing import Any
 
 from eval.argtypes import non_negative_int
 from eval.datasets import r2med_task_name
-from eval.evaluate import evaluate
+from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate, task_mean
 from eval.files import FolderError, writable_folder, write_text
 from eval.metrics import parse_metric
 from eval.references import Reference, UnknownReference, reference
@@ -308,8 +311,11 @@ def compare_runs(
                 )
             values = {q: raw[label][task][q] for q in order}
             scores[label][task] = values
-            means[label][task] = round(sum(values.values()) / len(values), 5) if values else 0.0
-            notes.extend(_check_against_summary(label, task, runs[label], metric, values))
+            means[label][task] = task_mean(list(values.values()))
+            # the run's own scores, before the shared-query cut: what its metrics.json averaged
+            notes.extend(
+                _check_against_summary(label, task, runs[label], metric, raw[label][task], qrels)
+            )
 
     deltas: dict[str, dict[str, Delta]] = {}
     movers: dict[str, tuple[list[Mover], list[Mover]]] = {}
@@ -386,16 +392,16 @@ def _qrels(qrels: RunQrels, run: RunData, task: str) -> dict[str, dict[str, int]
 
 
 def _task_scores(run: RunData, task: str, metric: str, qrels: RunQrels) -> dict[str, float]:
-    """Per-query ``metric`` of one run on one task; a failed query scores 0."""
+    """Per-query ``metric`` of one run on one task, over the queries its own means are over:
+    its per_query.jsonl as written (a failed or empty query is there as 0 under
+    missing=zero and absent under present), else its run.trec scored as the run scored it."""
     files = run.tasks[task]
     if files.per_query and all(metric in v for v in files.per_query.values()):
         values = {q: float(v[metric]) for q, v in files.per_query.items()}
-        failed = [q for q, r in files.records.items() if r.get("error") and q not in values]
         if qrels.spec is not None:  # the user named the qrels: score only queries they hold
             known = _qrels(qrels, run, task)
-            failed = [q for q in failed if q in known]
             values = {q: v for q, v in values.items() if q in known}
-        return values | dict.fromkeys(failed, 0.0)
+        return values
     if not files.run_trec.is_file():
         raise CompareError(f"{run.path / task}: no per_query.jsonl with {metric} and no run.trec")
     all_qrels = _qrels(qrels, run, task)
@@ -403,28 +409,58 @@ def _task_scores(run: RunData, task: str, metric: str, qrels: RunQrels) -> dict[
     task_qrels = {q: d for q, d in all_qrels.items() if q in asked}
     _, k = parse_metric(metric)
     ranked = read_run(files.run_trec)
-    evaluation = evaluate(task_qrels, ranked, k_values=[k or 10], missing="zero")
+    missing, ties = _eval_settings(run)
+    evaluation = evaluate(task_qrels, ranked, k_values=[k or 10], missing=missing, ties=ties)
     return {q: v[metric] for q, v in evaluation.per_query.items()}
 
 
+def _eval_settings(run: RunData) -> tuple[str, str]:
+    """The run's ``missing`` and ``ties`` (config.json's ``eval``), which its scores follow."""
+    settings = run.config.get("eval") or {}
+    missing = settings.get("missing", "zero")
+    ties = settings.get("ties", "trec")
+    if missing not in MISSING_POLICIES or ties not in TIE_ORDERS:
+        raise CompareError(
+            f"{run.path / 'config.json'}: field 'eval': unknown missing {missing!r} or ties "
+            f"{ties!r}; expected one of {MISSING_POLICIES} and {TIE_ORDERS}"
+        )
+    return missing, ties
+
+
 def _check_against_summary(
-    label: str, task: str, run: RunData, metric: str, values: Mapping[str, float]
+    label: str,
+    task: str,
+    run: RunData,
+    metric: str,
+    values: Mapping[str, float],
+    qrels: RunQrels,
 ) -> list[str]:
-    """Say when a table cell is not the run's own metrics.json mean, and why."""
-    summary = run.tasks[task].summary
+    """Say whether the run's own per-query ``values`` average to its metrics.json mean, and
+    why not when they do not, or why it cannot be checked; never nothing on a skipped check."""
+    files = run.tasks[task]
+    summary = files.summary
+    where = f"{label}: {task}"
+    if files.summary_damaged:
+        return [f"{where}: its metrics.json is damaged; the table is not checked"]
+    if not summary:
+        return [f"{where}: no metrics.json (the task never finished); the table is not checked"]
     notes = []
-    if run.tasks[task].summary_damaged:
-        notes.append(f"{label}: {task}: its metrics.json is damaged; the table is not checked")
     if summary.get("failed"):
-        notes.append(f"{label}: {task}: {summary['failed']} queries failed (scored 0)")
-    expected = summary.get("metrics", {}).get(metric)  # the final stage's
-    if expected is None or len(values) != len(run.tasks[task].per_query):
+        missing, _ = _eval_settings(run)
+        worth = "scored 0" if missing == "zero" else "left out, as missing=present leaves them"
+        notes.append(f"{where}: {summary['failed']} queries failed ({worth})")
+    expected = (summary.get("metrics") or {}).get(metric)  # the final stage's
+    if expected is None:
+        notes.append(f"{where}: its metrics.json holds no {metric}; the table is not checked")
         return notes
-    mean = round(sum(values.values()) / len(values), 5) if values else 0.0
+    mean = task_mean(list(values.values()))
     if abs(mean - expected) > 1e-9:
+        why = f" ({summary['averaging']})" if summary.get("averaging") else ""
+        if qrels.spec is not None:
+            why += f"; the table keeps only the queries --qrels-from {qrels.spec} judges"
         notes.append(
-            f"{label}: {task}: MISMATCH: {metric} from per-query scores is {mean:.5f} but "
-            f"metrics.json says {expected:.5f}"
+            f"{where}: MISMATCH: {metric} from its {len(values)} per-query scores is "
+            f"{mean:.5f} but metrics.json says {expected:.5f}{why}"
         )
     return notes
 
@@ -918,4 +954,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # every file it writes is written whole or not at all
+        print("interrupted: nothing was written half", file=sys.stderr)
+        sys.exit(130)

@@ -5,7 +5,8 @@ Two on-disk layouts are understood:
 * R2MED: ``corpus.jsonl`` {"id", "text"}, ``query.jsonl`` {"id", "text", ...} and
   ``qrels.jsonl`` {"q_id", "p_id", "score"}, or a TREC ``qrels.txt`` (``qid 0 docid grade``).
 * BEIR: ``corpus.jsonl`` {"_id", "title", "text"}, ``queries.jsonl`` {"_id", "text"} and
-  ``qrels/test.tsv`` (tab separated, with a ``query-id corpus-id score`` header).
+  ``qrels/test.tsv`` (tab separated, after BEIR's ``query-id corpus-id score`` header line,
+  which is recognised by those names and optional; TREC qrels have no header).
 
 Decisions worth knowing:
 
@@ -363,59 +364,86 @@ def _read_qrels_jsonl(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]
     return builder.result()
 
 
+_TREC_NO_HEADER = "TREC qrels have no header line"
+# BEIR's header (qrels/test.tsv), compared by name: a first line is a header because it says
+# so, never because it fails to parse, which would silently drop the first judgement of a file
+# written without one. "_" for "-" and any case are accepted.
+_TSV_HEADER = ("query-id", "corpus-id", "score")
+_TSV_HEADER_HINT = "the only header line recognised is BEIR's 'query-id corpus-id score'"
+
+
+def _first_line_hint(err: DataError, first: bool, hint: str) -> DataError:
+    # A first line that is neither data nor a known header is most likely an unknown header.
+    return DataError(f"{err} ({hint})") if first else err
+
+
 def _read_qrels_trec(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """TREC qrels: ``qid iteration docid grade``, any whitespace between columns."""
+    """TREC qrels: ``qid iteration docid grade``, any whitespace between columns, no header."""
     builder = _QrelsBuilder(path)
-    for number, line in _lines(path):
+    for i, (number, line) in enumerate(_lines(path)):
         where = f"{path} line {number}"
         cols = line.split()
-        if len(cols) != 4:
-            raise DataError(f"{where}: expected 4 columns 'qid 0 docid grade', got {len(cols)}")
-        builder.add(
-            _checked_id(cols[0], "qid", where),
-            _checked_id(cols[2], "docid", where),
-            _as_grade(cols[3], "grade", where),
-        )
+        try:
+            if len(cols) != 4:
+                raise DataError(f"{where}: expected 4 columns 'qid 0 docid grade', got {len(cols)}")
+            builder.add(
+                _checked_id(cols[0], "qid", where),
+                _checked_id(cols[2], "docid", where),
+                _as_grade(cols[3], "grade", where),
+            )
+        except DataError as err:
+            raise _first_line_hint(err, i == 0, _TREC_NO_HEADER) from None
     return builder.result()
+
+
+def _is_tsv_header(cols: list[str]) -> bool:
+    return tuple(c.lower().replace("_", "-") for c in cols) == _TSV_HEADER
 
 
 def _read_qrels_tsv(path: Path) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """BEIR qrels: ``query-id<TAB>corpus-id<TAB>score`` after a header line."""
+    """BEIR qrels: ``query-id<TAB>corpus-id<TAB>score``, after BEIR's header line if any."""
     builder = _QrelsBuilder(path)
-    first = True
-    for number, line in _lines(path):
+    for i, (number, line) in enumerate(_lines(path)):
         where = f"{path} line {number}"
         cols = [c.strip() for c in line.split("\t")]
-        if len(cols) != 3:
-            raise DataError(
-                f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', "
-                f"got {len(cols)}"
-            )
-        # The header is recognised by its non-numeric score column, and only on the first line,
-        # so a stray text grade further down is still an error.
-        if first:
-            first = False
-            if not cols[2].lstrip("+-").isdigit():
-                continue
-        if not cols[0] or not cols[1]:
-            key = "query-id" if not cols[0] else "corpus-id"
-            raise DataError(f"{where}: field {key!r}: expected a non-empty id")
-        builder.add(
-            _checked_id(cols[0], "query-id", where),
-            _checked_id(cols[1], "corpus-id", where),
-            _as_grade(cols[2], "score", where),
-        )
+        if i == 0 and _is_tsv_header(cols):
+            continue  # only the first line: a header further down is an error
+        try:
+            _add_tsv_row(builder, cols, where)
+        except DataError as err:
+            raise _first_line_hint(err, i == 0, _TSV_HEADER_HINT) from None
     return builder.result()
 
 
+def _add_tsv_row(builder: _QrelsBuilder, cols: list[str], where: str) -> None:
+    if len(cols) != 3:
+        raise DataError(
+            f"{where}: expected 3 tab-separated columns 'query-id corpus-id score', got {len(cols)}"
+        )
+    if not cols[0] or not cols[1]:
+        key = "query-id" if not cols[0] else "corpus-id"
+        raise DataError(f"{where}: field {key!r}: expected a non-empty id")
+    builder.add(
+        _checked_id(cols[0], "query-id", where),
+        _checked_id(cols[1], "corpus-id", where),
+        _as_grade(cols[2], "score", where),
+    )
+
+
 def read_qrels(path: Path | str) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """Qrels from R2MED ``.jsonl``, BEIR ``.tsv`` or TREC (any other name), with their notes."""
+    """Qrels from R2MED ``.jsonl``, BEIR ``.tsv`` (BEIR's header line optional) or TREC (any
+    other name, no header), with their notes. A file holding no judgement (empty, blank, or a
+    header alone) raises DataError naming it: scored, it would make every run worth 0."""
     path = Path(path)
     if path.suffix == ".jsonl":
-        return _read_qrels_jsonl(path)
-    if path.suffix == ".tsv":
-        return _read_qrels_tsv(path)
-    return _read_qrels_trec(path)
+        qrels, notes = _read_qrels_jsonl(path)
+    elif path.suffix == ".tsv":
+        qrels, notes = _read_qrels_tsv(path)
+    else:
+        qrels, notes = _read_qrels_trec(path)
+    if not qrels:
+        raise DataError(f"{path} holds no relevance judgements (an empty qrels file)")
+    return qrels, notes
 
 
 # --- layouts -----------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ that same order. ``ties="ascending"`` breaks ties by doc id ascending instead an
 scores strictly decreasing in float32, so the result no longer depends on trec_eval's rule.
 Both are verified against pytrec_eval in tests/test_evaluate.py.
 
+Present. A query is *present* in a run iff its ranking holds at least one document
+(``present_run``): the only thing a TREC run file can say about a query, so a metrics.json
+and ``eval.score`` on the run.trec written beside it always agree. A query that failed is not
+in the run, and a ranking that came back empty is not present either; ``missing`` decides what
+both are worth (0, or left out). ``evaluate`` is the one place this is decided.
+
 Grades. Negative grades are scored as 0 (judged non-relevant) before pytrec_eval sees them:
 for nDCG, MAP, P, recall and MRR that changes nothing (tested), while a query judged only by
 grades of -2 or below crashes pytrec_eval with a segfault unless it is the first query.
@@ -131,7 +137,9 @@ def pad_run(run: Mapping[str, Mapping[str, float]], doc_ids: Sequence[str], dept
     corpus's ids in corpus order to get the same lists. Documents already ranked are skipped.
     The pads score 0.0 when every ranked score is above 0 in float32, as R2MED's do, else the
     next float32 below the lowest ranked score, so pads always rank last. Queries absent from
-    ``run`` stay absent; rankings of ``depth`` or more documents are returned unchanged.
+    ``run`` (failed ones) stay absent; an empty ranking is padded like any short one, so it
+    becomes present, as in R2MED's script, which ranks every document for every query.
+    Rankings of ``depth`` or more documents are returned unchanged.
     """
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
@@ -157,8 +165,9 @@ class Evaluation:
     """Scores of one run on one task.
 
     ``per_query`` holds every query that counts towards ``mean`` (under ``missing="zero"``
-    this includes the unanswered queries, all metrics 0). ``mean`` is rounded to 5
-    decimals, unrounded values stay in ``per_query``.
+    this includes the missing queries, all metrics 0). ``n_missing`` counts the qrels queries
+    not present in the run (absent, failed, or ranked with no documents). ``mean`` is rounded
+    to 5 decimals (``task_mean``), unrounded values stay in ``per_query``.
     """
 
     per_query: dict[str, dict[str, float]]
@@ -176,7 +185,7 @@ class Evaluation:
         if self.missing == "zero":
             how = f"{self.n_missing} missing scored 0"
         else:
-            how = f"{self.n_missing} missing, absent ones left out as in pytrec_eval/R2MED"
+            how = f"{self.n_missing} missing left out, as in pytrec_eval/R2MED"
         extra = f"; {self.n_extra} run queries without qrels ignored" if self.n_extra else ""
         order = "trec_eval's, doc id descending" if self.ties == "trec" else "doc id ascending"
         return (
@@ -195,14 +204,15 @@ def evaluate(
 ) -> Evaluation:
     """Score ``run`` against ``qrels``: NDCG/MAP/Recall/P at each k, MRR@k and MRR.
 
-    ``missing`` decides what a query of the qrels that the run does not answer (absent, or
-    present with no documents) is worth:
+    ``missing`` decides what a query of the qrels that is not present in the run (absent, or
+    ranked with no documents: see the module docstring) is worth:
 
     - ``"zero"`` (default): 0 for every metric, and it counts in the mean, so a run cannot
       gain by skipping hard queries.
-    - ``"present"``: the average is over the queries the run contains, exactly what
-      pytrec_eval, BEIR and R2MED's scripts compute. (pytrec_eval still scores a query whose
-      run is an empty dict, as 0, so only absent queries drop out.)
+    - ``"present"``: the average is over the present queries, what pytrec_eval, BEIR and
+      R2MED's scripts compute on a run file. (Called on a dict, pytrec_eval would also score
+      a query whose ranking is empty, as 0; a run file cannot hold one, so it is left out
+      here too, and a run scores the same from its dict and from its run.trec.)
 
     Queries whose qrels hold only grade-0 documents have nothing to find: pytrec_eval scores
     them 0 on every metric and BEIR/R2MED average them in, so we do too under both policies.
@@ -228,10 +238,12 @@ def evaluate(
         raise ValueError(f"k_values must be positive integers, got {list(k_values)}")
 
     qrels = {qid: {d: _grade(qid, d, g) for d, g in docs.items()} for qid, docs in qrels.items()}
-    run_in = {
-        qid: {d: s for d, s in docs.items() if not (ignore_identical_ids and d == qid)}
-        for qid, docs in run.items()
-    }
+    run_in = present_run(
+        {
+            qid: {d: s for d, s in docs.items() if not (ignore_identical_ids and d == qid)}
+            for qid, docs in run.items()
+        }
+    )
     # Only queries with qrels are scored; pytrec_eval would ignore the others anyway.
     ranked = strictly_decreasing({qid: docs for qid, docs in run_in.items() if qid in qrels}, ties)
 
@@ -253,7 +265,7 @@ def evaluate(
         row["MRR"] = values["recip_rank"]
         per_query[qid] = {name: row[name] for name in names}
 
-    unanswered = [qid for qid in qrels if not ranked.get(qid)]
+    unanswered = [qid for qid in qrels if qid not in ranked]
     if missing == "zero":
         for qid in unanswered:
             per_query[qid] = dict.fromkeys(names, 0.0)
@@ -261,10 +273,7 @@ def evaluate(
     per_query = {qid: per_query[qid] for qid in qrels if qid in per_query}
 
     n = len(per_query)
-    mean = {
-        name: round(sum(v[name] for v in per_query.values()) / n, ROUND_DIGITS) if n else 0.0
-        for name in names
-    }
+    mean = {name: task_mean([v[name] for v in per_query.values()]) for name in names}
     return Evaluation(
         per_query=per_query,
         mean=mean,
@@ -272,10 +281,26 @@ def evaluate(
         n_qrels_queries=len(qrels),
         n_evaluated=n,
         n_missing=len(unanswered),
-        n_extra=sum(1 for qid in run if qid not in qrels),
+        n_extra=sum(1 for qid in run_in if qid not in qrels),
         metrics=names,
         ties=ties,
     )
+
+
+def present_run(run: Mapping[str, Mapping[str, float]]) -> Run:
+    """The queries of ``run`` that are present: those ranking at least one document.
+
+    The one definition of "present" (module docstring); a failed query is simply not in
+    ``run``. Order and scores are kept.
+    """
+    return {qid: dict(docs) for qid, docs in run.items() if docs}
+
+
+def task_mean(values: Sequence[float]) -> float:
+    """The mean a task reports: the sum in the order given over the count, rounded to 5
+    decimals (BEIR/R2MED); 0.0 for no values. Every table that re-averages per-query scores
+    uses it, so it rounds exactly as metrics.json did."""
+    return round(sum(values) / len(values), ROUND_DIGITS) if values else 0.0
 
 
 def _grade(qid: str, doc_id: str, grade: int) -> int:

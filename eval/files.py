@@ -4,6 +4,10 @@ Every file a run derives (metrics, tables, TREC runs, configs) is written to a t
 in the same folder, fsynced, renamed over the target and the folder fsynced, so a crash or a
 full disk leaves either the old file or the new one, never a truncated one that a resumed run
 would trust.
+
+Files and folders are created with the modes ``open()`` and ``mkdir()`` give (0666 and 0777
+less the umask), never tempfile's private 0600/0700, so a team's shared results or cache
+folder stays readable to the others under a group-friendly umask.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ def write_text(path: Path | str, text: str) -> None:
     """Replace ``path`` with ``text`` (UTF-8) atomically and durably."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = create_temp_file(path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
@@ -43,6 +46,60 @@ def write_json(path: Path | str, value: Any, **dump_options: Any) -> None:
     """``write_text`` of ``value`` as JSON (indent 2 unless told otherwise), newline-ended."""
     dump_options.setdefault("indent", 2)
     write_text(path, json.dumps(value, **dump_options) + "\n")
+
+
+_TEMP_ATTEMPTS = 100
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)  # as mkstemp: a child process inherits no temp file
+# O_EXCL: never open a file someone else made (or a symlink planted) under the random name
+_TEMP_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | _CLOEXEC
+
+
+def _temp_name(folder: Path, prefix: str, suffix: str) -> Path:
+    return Path(folder) / f"{prefix}{os.urandom(8).hex()}{suffix}"
+
+
+def create_temp_file(
+    folder: Path | str, prefix: str = ".tmp.", suffix: str = ""
+) -> tuple[int, Path]:
+    """A new file in ``folder`` opened for writing, as ``(fd, path)``: ``tempfile.mkstemp``
+    with the mode ``open()`` would give (0666 & ~umask) instead of 0600.
+
+    The kernel applies the umask (and any default ACL) at creation, so there is no umask to
+    read and no chmod racing other threads.
+    """
+    for _ in range(_TEMP_ATTEMPTS):
+        path = _temp_name(Path(folder), prefix, suffix)
+        try:
+            return os.open(path, _TEMP_FLAGS, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
+def create_temp_dir(folder: Path | str, prefix: str = ".tmp.") -> Path:
+    """A new empty folder in ``folder``: ``tempfile.mkdtemp`` with the mode ``mkdir`` would
+    give (0777 & ~umask) instead of 0700, so it can be renamed into a shared place as is."""
+    for _ in range(_TEMP_ATTEMPTS):
+        path = _temp_name(Path(folder), prefix, "")
+        try:
+            path.mkdir(0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {folder}")
+
+
+def diskcache_folder(directory: Path | str, db_name: str = "cache.db") -> str:
+    """``directory`` made ready for ``diskcache.Cache``, which makes its folder 0755 and whose
+    SQLite makes ``cache.db`` 0644 whatever the umask (its -wal and -shm files copy the
+    database's mode): both are created first with the umask's modes, and reused if present."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(directory / db_name, os.O_WRONLY | os.O_CREAT | _CLOEXEC, 0o666))
+    except OSError:  # not ours to report: opening the cache names the problem better
+        pass
+    return str(directory)
 
 
 def fsync_dir(folder: Path) -> None:
@@ -73,7 +130,7 @@ def writable_folder(path: Path | str, what: str) -> Path:
             break
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-check.")
+        fd, probe = create_temp_file(path, prefix=".write-check.")
         try:
             os.write(fd, b"x")
             os.fsync(fd)

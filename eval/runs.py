@@ -63,6 +63,65 @@ def records_path(stage_dir: Path) -> Path:
     return Path(stage_dir) / RECORDS_FILE
 
 
+# Each text of a record is stored once. A string of at least SHARED_MIN characters that an
+# earlier one of the same record equals is written {"$dup": i}, one that extends an earlier one
+# (a trajectory growing turn by turn) {"$ext": i, "add": rest}, where i counts the record's
+# long strings in the order json.dumps writes them; readers get the texts back.
+SHARED_MIN = 200
+
+
+def pack_record(record: Mapping[str, Any]) -> Any:
+    """``record`` with its repeated long texts replaced by references (see `SHARED_MIN`)."""
+    seen: list[str] = []
+    index: dict[str, int] = {}
+
+    def pack(value: Any) -> Any:
+        if isinstance(value, str) and len(value) >= SHARED_MIN:
+            if value in index:
+                return {"$dup": index[value]}
+            base = max(
+                (i for i, s in enumerate(seen) if value.startswith(s)),
+                key=lambda i: len(seen[i]),
+                default=None,
+            )
+            index[value] = len(seen)
+            seen.append(value)
+            if base is not None:
+                return {"$ext": base, "add": value[len(seen[base]) :]}
+            return value
+        if isinstance(value, Mapping):
+            return {k: pack(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [pack(v) for v in value]
+        return value
+
+    return pack(record)
+
+
+def unpack_record(record: Any) -> Any:
+    """The record `pack_record` packed, its texts whole again."""
+    seen: list[str] = []
+
+    def unpack(value: Any) -> Any:
+        if isinstance(value, str):
+            if len(value) >= SHARED_MIN:
+                seen.append(value)
+            return value
+        if isinstance(value, dict):
+            if value.keys() == {"$dup"}:
+                return seen[value["$dup"]]
+            if value.keys() == {"$ext", "add"}:
+                text = seen[value["$ext"]] + value["add"]
+                seen.append(text)
+                return text
+            return {k: unpack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [unpack(v) for v in value]
+        return value
+
+    return unpack(record)
+
+
 def iter_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(query id, record) of each line of a ``queries.jsonl``, in file order, streamed (traces
     can be large); a torn line is skipped. A later line of the same query replaces an earlier."""
@@ -71,8 +130,8 @@ def iter_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
+                record = unpack_record(json.loads(line))
+            except (json.JSONDecodeError, IndexError, TypeError):
                 continue  # a line cut short by a crash: that query simply runs again
             if isinstance(record, dict) and isinstance(record.get("query_id"), str):
                 yield record["query_id"], record
@@ -92,8 +151,9 @@ def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str,
 
 
 def record_line(record: Mapping[str, Any]) -> str:
-    """One record as the line appended to ``queries.jsonl`` (the caller flushes and fsyncs)."""
-    return json.dumps(record, ensure_ascii=False) + "\n"
+    """One record as the line appended to ``queries.jsonl`` (the caller flushes and fsyncs),
+    each of its texts stored once."""
+    return json.dumps(pack_record(record), ensure_ascii=False) + "\n"
 
 
 # ---- the run: config, summary, leaderboard --------------------------------------------------

@@ -3,11 +3,16 @@
     python -m eval.score --qrels qrels.jsonl run_a.trec run_b.trec [--missing zero|present]
         [--metrics NDCG@10,Recall@100,MRR] [--ties trec|ascending]
 
-The qrels may be TREC (``qid 0 docid grade``), R2MED's ``qrels.jsonl``
-(``{"q_id", "p_id", "score"}``) or BEIR's ``qrels/test.tsv`` (``query-id corpus-id score``
-with a header). Prints one row per run file with the chosen metrics, then how each run's
-means were taken (which queries were missing, how ties were ordered). Unreadable or
-malformed input ends with one line ``error: ...`` naming the file, and exit status 2.
+The qrels may be TREC (``qid 0 docid grade``, no header), R2MED's ``qrels.jsonl``
+(``{"q_id", "p_id", "score"}``), BEIR's ``qrels/test.tsv`` (``query-id corpus-id score``,
+BEIR's header line optional), or a dataset folder (R2MED or BEIR layout): its qrels as
+``agents.run`` scores them, i.e. without the judgements of queries the query file lacks.
+Prints one row per run file with the chosen metrics, then how each run's means were taken
+(which queries were missing, how ties were ordered). A query is present when the file ranks
+a document for it (``eval.evaluate``), so a run folder's ``run.trec`` scores what its
+metrics.json says under the same ``--missing`` and ``--ties``. Unreadable, malformed or
+empty input (a run file without a ranked document, qrels without a judgement) ends with one
+line ``error: ...`` naming the file, and exit status 2.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from eval.datasets import DataError, read_qrels
+from eval.datasets import DataError, load_folder, read_qrels
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
 from eval.metrics import k_values_of, parse_metrics
 from eval.trec import TrecFormatError, read_run
@@ -28,7 +34,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eval.score", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--qrels", required=True, help="TREC qrels, R2MED .jsonl or BEIR .tsv")
+    parser.add_argument(
+        "--qrels",
+        required=True,
+        help="TREC qrels, R2MED .jsonl, BEIR .tsv, or a dataset folder (its qrels as agents.run "
+        "scores them)",
+    )
     parser.add_argument("runs", nargs="+", help="TREC run files")
     parser.add_argument(
         "--missing",
@@ -57,14 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     k_values = k_values_of(metrics)
 
     try:
-        qrels, notes = read_qrels(args.qrels)
-        runs = {}
-        for path in args.runs:
-            try:
-                runs[path] = read_run(path)
-            except OSError as e:
-                # An OSError's own text may not say which file it is about.
-                raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+        qrels, notes = _qrels(args.qrels)
+        runs = {path: _run(path) for path in args.runs}
     except (OSError, DataError, TrecFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -80,6 +85,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _qrels(spec: str) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """A qrels file, or a dataset folder's qrels as the loader leaves them for a run."""
+    if Path(spec).is_dir():
+        task = load_folder(spec)
+        return task.qrels, [f"{spec}: {note}" for note in task.notes]
+    return read_qrels(spec)
+
+
+def _run(path: str) -> dict[str, dict[str, float]]:
+    try:
+        run = read_run(path)
+    except OSError as e:
+        # An OSError's own text may not say which file it is about.
+        raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
+    if not run:  # scored, it would be a silent 0 for every query
+        raise DataError(f"{path}: no ranked document (an empty run file)")
+    return run
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = [f"{{:<{widths[0]}}}"] + [f"{{:>{w}}}" for w in widths[1:]]
@@ -90,4 +114,8 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # every file it writes is written whole or not at all
+        print("interrupted: nothing was written half", file=sys.stderr)
+        sys.exit(130)

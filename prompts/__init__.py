@@ -5,19 +5,29 @@ kind (post, exam, case, similar-case) or ``default``. Lookup goes task -> kind -
 file exists only where the wording really differs. R2MED words its post prompts per domain
 ("Biology post", "Medical Science post", ...), so those exist per task and need ``task=``.
 
-The files hold the exact bytes sent to the model: no header, no added final newline, and the
-trailing space after "Passage:" is R2MED's. ``Prompt.sha256`` is therefore the ``sha256sum`` of
-the file, with one exception: a UTF-8 byte-order mark at the start (which some editors write) is
-stripped on read, because it would otherwise reach the model as text; the hash is of the text
-actually sent. Where each text comes from is recorded in ``prompts/SOURCES.md``.
+One escape rule holds for every file, main prompt, helper, system prompt, tool description or
+few-shot examples alike: what is sent is what ``str.format`` makes of the file (`Prompt.render`;
+a file without placeholders is rendered with no values). So ``{{`` and ``}}`` are a literal
+``{`` and ``}`` everywhere, and a lone brace is refused. No built-in file holds a doubled brace,
+so each renders to its own bytes: no header, no added final newline, and the trailing space
+after "Passage:" is R2MED's.
 
-Placeholders are ``str.format`` fields: ``{query}`` everywhere, ``{docs}`` for LameR (see
-`format_docs`) and ``{examples}`` for query2doc (its few-shot examples, which R2MED's public code
-does not include). Every file, built-in or override, is checked when it is read (see
-`placeholder_rules`): the placeholders a prompt may use and must use are derived from the
-built-in files of its family, so an override that drops ``{query}`` or names a placeholder no
-agent fills is refused at start-up instead of sending one text for every query, or failing each
-query mid-run.
+``Prompt.sha256`` is of the template, before rendering: the ``sha256sum`` of the file, with one
+exception: a UTF-8 byte-order mark at the start (which some editors write) is stripped on read,
+because it would otherwise reach the model as text. One hash per prompt thus names every text
+the prompt renders to (a per-query text has no single hash), and a file can be checked against
+a run's record with ``sha256sum``. Where each text comes from is recorded in
+``prompts/SOURCES.md``.
+
+Placeholders are plain ``str.format`` fields, ``{name}``: ``{query}`` everywhere, ``{docs}`` for
+LameR (see `format_docs`) and ``{examples}`` for query2doc (its few-shot examples, which R2MED's
+public code does not include). Every file, built-in or override, is checked when it is read
+(`check_placeholders`): its fields must be plain names (no conversion, format spec, attribute or
+index), the placeholders a prompt may use and must use are derived from the built-in files of
+its family (see `placeholder_rules`), and it is rendered once with stand-in values of the types
+the agents pass. So an override that drops ``{query}``, names a placeholder no agent fills or
+cannot be rendered is refused at start-up instead of sending one text for every query, or
+failing each query mid-run.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ import dataclasses
 import functools
 import hashlib
 import string
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +54,10 @@ MAIN_VARIANTS = frozenset({DEFAULT, *TASK_KINDS, *R2MED_TASKS})
 # input ({query}, {docs}, {documents}, {observation}, ...) may not: what the agent computed
 # would silently never reach the model.
 RUN_CONSTANTS = frozenset({"examples", "max_searches"})
+# What the agents fill placeholders with (every `render(` call under agents/): these are ints
+# (counts and 1-based ranks); every other value is text, already formatted (InsertRank's
+# {score} is "0.8123", not a float). A file is rendered once with such stand-ins when read.
+INT_PLACEHOLDERS = frozenset({"max_searches", "num", "rank"})
 
 
 class PromptError(ValueError):
@@ -53,8 +67,8 @@ class PromptError(ValueError):
 @dataclass(frozen=True)
 class Prompt:
     name: str  # e.g. "hyde/exam"
-    text: str
-    sha256: str  # of the exact text, recorded in every run
+    text: str  # the template, as in the file: send `render()`, never this
+    sha256: str  # of the template (before rendering), recorded in every run
     path: Path
 
     @property
@@ -64,7 +78,10 @@ class Prompt:
         return tuple(dict.fromkeys(fields))
 
     def render(self, **values: object) -> str:
-        """Fill the placeholders; values the text does not use are ignored."""
+        """The text to send: the placeholders filled and ``{{``/``}}`` made single braces.
+
+        Values the text does not use are ignored; a file without placeholders takes none, and
+        is rendered all the same, so that one escape rule holds for every file."""
         missing = [p for p in self.placeholders if _field_root(p) not in values]
         if missing:
             raise PromptError(
@@ -73,7 +90,7 @@ class Prompt:
             )
         try:
             return self.text.format(**values)
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
             raise PromptError(f"cannot render prompt {self.name} ({self.path}): {exc}") from exc
 
 
@@ -96,10 +113,10 @@ def load_prompt(
         kind = task_kind(task)
     variants = list(dict.fromkeys(v for v in (task, kind, DEFAULT) if v))
 
-    for key in [f"{name}/{v}" for v in variants if v != DEFAULT] + [name, f"{name}/{DEFAULT}"]:
-        if key in overrides:
-            resolved = key if "/" in key else f"{name}/{variants[0]}"
-            return _read(resolved, Path(overrides[key]))
+    key = override_key(name, kind, overrides, task=task)
+    if key is not None:
+        resolved = key if "/" in key else f"{name}/{variants[0]}"
+        return _read(resolved, Path(overrides[key]))
     for variant in variants:
         path = PROMPTS_DIR / name / f"{variant}.txt"
         if path.is_file():
@@ -113,6 +130,18 @@ def load_prompt(
         else f"; known prompts: {', '.join(sorted({n.split('/')[0] for n in prompt_names()}))}"
     )
     raise PromptError(f"no prompt {name!r} for {task or kind!r}: looked for {looked}{hint}")
+
+
+def override_key(
+    name: str, kind: str = DEFAULT, overrides: Collection[str] = (), *, task: str | None = None
+) -> str | None:
+    """The key of ``overrides`` that `load_prompt` would read for these arguments, or None."""
+    task = _canonical_task(task) if task else None
+    if task and kind == DEFAULT:
+        kind = task_kind(task)
+    variants = [v for v in dict.fromkeys((task, kind)) if v and v != DEFAULT]
+    keys = [f"{name}/{v}" for v in variants] + [name, f"{name}/{DEFAULT}"]
+    return next((k for k in keys if k in overrides), None)
 
 
 def prompt_names() -> list[str]:
@@ -162,25 +191,32 @@ def placeholder_rules() -> dict[str, PlaceholderRule]:
 
 
 def check_placeholders(prompt: Prompt) -> None:
-    """Raise PromptError if ``prompt`` uses a placeholder its family does not fill, or lacks
-    one it needs; a family without built-ins has no rule and passes."""
+    """Raise PromptError (one line naming the file and the field) unless ``prompt`` renders as
+    the agents will render it: plain ``{name}`` fields only, none its family does not fill,
+    none missing that it needs, and a render with stand-in values that succeeds. A family
+    without built-ins has no rule: any plain field passes, and the render is still tried."""
+    _checked_fields(prompt.name, prompt.path, prompt.text)
     rule = placeholder_rules().get(prompt_family(prompt.name))
-    if rule is None:
-        return
-    fields = set(prompt.placeholders)
+    if rule is not None:
+        _check_rule(prompt, rule)
+    fields = rule.allowed if rule is not None else prompt.placeholders
+    prompt.render(**stand_in_values(fields))  # what every query will do, done once now
+
+
+def stand_in_values(fields: Iterable[str]) -> dict[str, object]:
+    """A value of the type the agents pass for each placeholder (see `INT_PLACEHOLDERS`)."""
+    return {f: 1 if f in INT_PLACEHOLDERS else "x" for f in fields}
+
+
+def _check_rule(prompt: Prompt, rule: PlaceholderRule) -> None:
     unknown = [f for f in prompt.placeholders if f not in rule.allowed]
     if unknown:
-        # No brace-doubling hint where nothing is allowed: those texts are sent unformatted.
-        takes = (
-            f"{_braced(sorted(rule.allowed))} (write {{{{ and }}}} for literal braces)"
-            if rule.allowed
-            else "none"
-        )
+        takes = _braced(sorted(rule.allowed)) if rule.allowed else "none"
         raise PromptError(
             f"prompt {prompt.name} ({prompt.path}) has unknown placeholder(s) {_braced(unknown)}; "
-            f"{rule.family} prompts take: {takes}"
+            f"{rule.family} prompts take: {takes} ({_ESCAPE_HINT})"
         )
-    missing = sorted(rule.required - fields)
+    missing = sorted(rule.required - set(prompt.placeholders))
     if missing:
         raise PromptError(
             f"prompt {prompt.name} ({prompt.path}) lacks placeholder(s) {_braced(missing)}, "
@@ -254,13 +290,16 @@ class PromptBook:
     ``get("hyde")`` resolves a family for the task (task -> kind -> default, overrides
     first); ``get("search-o1", "documents")`` is a fixed file of a family, which only its own
     override ("search-o1/documents=...") replaces, since a family-wide override is meant for
-    the agent's main prompt. ``used`` maps every prompt handed out to the sha256 of the exact
-    text, which is what a run records: there is no second copy of these rules.
+    the agent's main prompt. ``used`` maps every prompt handed out to the sha256 of its
+    template, which is what a run records: there is no second copy of these rules.
+    ``overrides_read`` holds the override keys those prompts came from: an override outside
+    it was given for a prompt nothing asked this book for.
     """
 
     overrides: Mapping[str, Path] = dataclasses.field(default_factory=dict)
     task: str | None = None
     used: dict[str, str] = dataclasses.field(default_factory=dict)
+    overrides_read: set[str] = dataclasses.field(default_factory=set)
     # each prompt is read once: whoever asks again gets the very text that was hashed
     _loaded: dict[tuple[str, str | None], Prompt] = dataclasses.field(default_factory=dict)
 
@@ -268,12 +307,16 @@ class PromptBook:
         prompt = self._loaded.get((family, variant))
         if prompt is None:
             if variant is None:
+                key = override_key(family, overrides=self.overrides, task=self.task)
                 prompt = load_prompt(family, overrides=self.overrides, task=self.task)
             else:
                 key = f"{family}/{variant}"
                 own = {k: v for k, v in self.overrides.items() if k == key}
                 prompt = load_prompt(family, variant, own)
+                key = key if own else None
             self._loaded[(family, variant)] = prompt
+            if key is not None:
+                self.overrides_read.add(key)
         self.used[prompt.name] = prompt.sha256
         return prompt
 
@@ -281,8 +324,7 @@ class PromptBook:
 def _read(name: str, path: Path) -> Prompt:
     text = _decode(name, path)
     prompt = Prompt(name, text, hashlib.sha256(text.encode("utf-8")).hexdigest(), path)
-    # Check the fields now, so a broken override fails at startup rather than mid-run.
-    _checked_fields(name, path, text)
+    # Check it now, so a broken override fails at startup rather than on every query.
     check_placeholders(prompt)
     return prompt
 
@@ -296,26 +338,45 @@ def _decode(name: str, path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
+_ESCAPE_HINT = "write {{ and }} for literal braces"
+
+
 def _checked_fields(name: str, path: Path, text: str) -> list[str]:
-    """The text's format fields, or PromptError for what ``str.format`` would reject later."""
+    """The text's format fields, or PromptError for a field that is not a plain ``{name}``."""
     try:
         parsed = [(f, c, s) for _, f, s, c in string.Formatter().parse(text) if f is not None]
     except ValueError as exc:  # a lone "{" or "}"
-        raise PromptError(
-            f"prompt {name} ({path}) is malformed: {exc} (write {{{{ and }}}} for literal braces)"
-        ) from exc
+        raise PromptError(f"prompt {name} ({path}) is malformed: {exc} ({_ESCAPE_HINT})") from exc
     for field, conversion, spec in parsed:
         if not field or _field_root(field).isdigit():
             raise PromptError(
                 f"prompt {name} ({path}) has a positional placeholder; use named ones such as "
                 "{query}"
             )
-        if conversion not in (None, "r", "s", "a") or "{" in spec:
+        if conversion is not None or spec or not field.isidentifier():
+            written = _as_written(field, conversion, spec)
             raise PromptError(
-                f"prompt {name} ({path}) is malformed: placeholder {{{field}}} has a bad "
-                f"conversion or a nested field (write {{{{ and }}}} for literal braces)"
+                f"prompt {name} ({path}) has placeholder {written}{_render_failure(written)}: "
+                "only plain {name} fields are filled (no conversion, format spec, attribute or "
+                f"index; {_ESCAPE_HINT})"
             )
     return list(dict.fromkeys(f for f, _, _ in parsed))
+
+
+def _as_written(field: str, conversion: str | None, spec: str) -> str:
+    """A format field as the file spells it: "{query!r:>5}"."""
+    converted = f"{field}!{conversion}" if conversion else field
+    return "{" + (f"{converted}:{spec}" if spec else converted) + "}"
+
+
+def _render_failure(field: str) -> str:
+    """Why ``field`` (as written, e.g. "{query:d}") fails on a stand-in value, or ""."""
+    (_, name, _, _), *_ = string.Formatter().parse(field)
+    try:
+        field.format(**stand_in_values([_field_root(name or "")]))
+    except (KeyError, IndexError, ValueError, AttributeError, TypeError) as exc:
+        return f", which fails to render ({type(exc).__name__}: {exc})"
+    return ""
 
 
 def _braced(fields: list[str]) -> str:

@@ -3,7 +3,10 @@
 The corpus embeddings go through the same cache as local models (``dense.build_index``), so
 a corpus is paid for once per model; queries are embedded on every search. Calls are batched
 and retried with exponential backoff on rate limits, 5xx errors, timeouts and dropped
-connections; other errors (bad key, unknown model, input too long) fail at once.
+connections; other errors (bad key, unknown model, input too long) fail at once. Every attempt
+waits at most its ``timeout`` (``transport``: the run's ``--timeout``; one in ``params`` wins);
+a batch whose every attempt timed out or found no server fails with one line naming the
+server. ``transport`` options change no vector and are no part of the cache identity.
 Texts are sent as they are: no truncation to the model's input limit.
 
 ``api_base`` and ``params`` (extra litellm arguments such as ``dimensions`` or ``input_type``)
@@ -29,6 +32,14 @@ from .dense import DenseIndex, Encoder, build_index, instructions_for
 
 # Params that change how a request travels, never the vectors that come back.
 TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_headers"})
+DEFAULT_TIMEOUT_S = 600.0
+# Exponential backoff between attempts, in seconds (read at each wait; tests set both to 0)
+RETRY_MIN_WAIT_S = 1.0
+RETRY_MAX_WAIT_S = 60.0
+
+
+class EmbeddingUnavailable(ValueError):
+    """The embedding server stopped answering; the message names it (one line)."""
 
 
 def _litellm():
@@ -45,6 +56,7 @@ def api_encoder(
     max_attempts: int = 6,
     api_base: str | None = None,
     params: Mapping[str, Any] | None = None,
+    transport: Mapping[str, Any] | None = None,
 ) -> Encoder:
     """``texts -> L2-normalised float32 rows`` via ``litellm.embedding``, in batches."""
     # litellm takes ~3 s to import and tenacity is only needed here: a run that builds no
@@ -57,15 +69,19 @@ def api_encoder(
         litellm.InternalServerError,
         litellm.ServiceUnavailableError,
         litellm.BadGatewayError,
-        litellm.APIConnectionError,  # includes litellm.Timeout
+        litellm.APIConnectionError,
+        litellm.Timeout,  # not an APIConnectionError of litellm's (it is the OpenAI SDK's)
     )
-    embed_kwargs = dict(params or {})
+    embed_kwargs = {"timeout": DEFAULT_TIMEOUT_S, **(transport or {}), **(params or {})}
     if api_base is not None:
         embed_kwargs["api_base"] = api_base
 
+    def wait(state: Any) -> float:
+        return wait_exponential(multiplier=1, min=RETRY_MIN_WAIT_S, max=RETRY_MAX_WAIT_S)(state)
+
     @retry(
         retry=retry_if_exception_type(retryable),
-        wait=wait_exponential(multiplier=1, min=1, max=60),
+        wait=wait,
         stop=stop_after_attempt(max_attempts),
         reraise=True,
     )
@@ -76,16 +92,50 @@ def api_encoder(
             raise ValueError(f"{model} returned {len(data)} embeddings for {len(batch)} texts")
         return [e["embedding"] for e in data]
 
+    def unavailable(exc: BaseException) -> bool:
+        if isinstance(exc, litellm.APIConnectionError | litellm.Timeout):
+            return True
+        no_server = ("Connection error", "Cannot connect to host", "Connection refused")
+        return isinstance(exc, litellm.InternalServerError) and any(
+            m in str(exc) for m in no_server
+        )
+
     def encode(texts: list[str]) -> np.ndarray:
         # OpenAI-style endpoints reject empty strings.
         texts = [t if t.strip() else " " for t in texts]
         rows: list[list[float]] = []
         for start in range(0, len(texts), batch_size):
-            rows.extend(embed_batch(texts[start : start + batch_size]))
+            try:
+                rows.extend(embed_batch(texts[start : start + batch_size]))
+            except retryable as exc:
+                if not unavailable(exc):
+                    raise
+                where = _host(api_base) or "its provider's API"
+                why = (
+                    f"no answer within {embed_kwargs['timeout']:g} s"
+                    if isinstance(exc, litellm.Timeout)
+                    else "no server answered"
+                )
+                raise EmbeddingUnavailable(
+                    f"api:{model} at {where}: {why} in {max_attempts} attempts; is the "
+                    "embedding server up? (--timeout sets the wait)"
+                ) from None
         emb = np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
         return emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
 
     return encode
+
+
+def _host(url: str | None) -> str | None:
+    """scheme://host:port/path of ``url``: no userinfo, no query (which may hold a key)."""
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.split(",")[0].strip())
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def encoder_id(model: str, api_base: str | None, params: Mapping[str, Any]) -> str:
@@ -109,6 +159,7 @@ def build_api_dense(
     batch_size: int = API_BATCH_SIZE,
     api_base: str | None = None,
     params: Mapping[str, Any] | None = None,
+    transport: Mapping[str, Any] | None = None,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus`` embedded by the litellm model ``model``.
 
@@ -118,7 +169,7 @@ def build_api_dense(
     return build_index(
         corpus,
         encoder_id(model, api_base, params),
-        api_encoder(model, batch_size, api_base=api_base, params=params),
+        api_encoder(model, batch_size, api_base=api_base, params=params, transport=transport),
         instructions_for(model, task_name),
         cache_dir,
         progress,

@@ -3,7 +3,12 @@
 Three scoring variants share one index layout: a CSR matrix with one row of postings per
 term (documents as columns), holding each (term, document) pair's precomputed weight.
 A query gathers its terms' rows and takes one sparse matrix-vector product with its per-term
-weights; only documents with a positive score (at least one matching term) are returned.
+weights. A document is ranked iff it *matches*: it holds at least one of the query's analysed
+terms (a posting in one of the gathered rows), the same rule for every method and whatever
+its score's sign. A document that matches nothing is never ranked; one that matches keeps its
+score, negative or zero included, so a variant whose idf can be negative (``okapi``) still
+ranks what it scored. For ``bm25q`` and ``lucene`` every idf is positive, so a match always
+scores above 0 there.
 
 - ``bm25q`` (default): what R2MED's (and BRIGHT's) ``retrieval_bm25`` computes with gensim,
   ``LuceneBM25Model(k1=0.9, b=0.4)`` applied to the documents *and* to the query's bag of
@@ -17,7 +22,11 @@ weights; only documents with a positive score (at least one matching term) are r
   the one-byte norm encoding (``SmallFloat.intToByte4``, exact below 24 tokens), and ``N``
   and ``avgdl`` count only documents that have at least one token.
 - ``okapi``: rank_bm25's ``BM25Okapi`` (k1=1.5, b=0.75, negative idfs floored at
-  ``epsilon * mean idf``), stored in float64 so scores equal rank_bm25's.
+  ``epsilon * mean idf``), stored in float64 so scores equal rank_bm25's. A term in more than
+  half the documents has a negative idf, and when most terms are that common the mean (and
+  so the floor) is negative too: such matches score below 0 and are ranked all the same,
+  after every positive score. (rank_bm25's ``get_scores`` also gives 0 to documents that
+  match nothing; those are not ranked here, under any method.)
 """
 
 from __future__ import annotations
@@ -28,7 +37,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import zipfile
 from array import array
 from collections import Counter
@@ -40,6 +48,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm import tqdm
 
+from eval.files import create_temp_dir
 from eval.fingerprint import corpus_fingerprint
 
 from .analyzer import ANALYZER_ID, analyze, analyze_many
@@ -91,9 +100,14 @@ class BM25Index:
         # Gather the query terms' posting rows, then one sparse matrix-vector product adds them
         # term by term in ascending term id, in float32 for float32 weights: the order and
         # precision of gensim's sparse product, so bm25q scores match it to the last bit.
-        query_postings = self.postings[term_ids].T
-        scores = query_postings @ weights.astype(self.postings.dtype)
-        matched = np.flatnonzero(scores > 0)
+        rows = self.postings[term_ids]
+        scores = rows.T @ weights.astype(self.postings.dtype)
+        # Matching is having a posting, not scoring > 0: a negative or zero idf (okapi) must
+        # not make a matching document vanish. The rows keep stored zeros (scipy does not
+        # drop them on indexing), so a term whose weight is 0 still matches.
+        hit = np.zeros(len(self.doc_ids), dtype=bool)
+        hit[rows.indices] = True
+        matched = np.flatnonzero(hit)
         docs, values = _top_k(matched, scores[matched], k)
         return {self.doc_ids[d]: float(v) for d, v in zip(docs, values, strict=True)}
 
@@ -323,7 +337,7 @@ def save_index(index: BM25Index, path: Path) -> None:
     """Write ``index`` to the directory ``path`` atomically (temp dir, then rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = create_temp_dir(path.parent, prefix=f".{path.name}.")  # umask mode, not 0700
     try:
         vocab_blob, vocab_offsets = _pack_strings(list(index.vocab))
         ids_blob, ids_offsets = _pack_strings(index.doc_ids)

@@ -39,7 +39,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ import numpy as np
 from tqdm import tqdm
 
 from eval.datasets import r2med_task_name
-from eval.files import safe_name
+from eval.files import create_temp_file, safe_name
 from eval.fingerprint import corpus_fingerprint
 
 from .config import (
@@ -429,7 +428,7 @@ def _encode_corpus(
 
 
 def _atomic_save_npy(target: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+    fd, tmp = create_temp_file(target.parent, suffix=".tmp")  # umask mode, not 0600
     try:
         with os.fdopen(fd, "wb") as f:
             np.save(f, array)
@@ -453,7 +452,7 @@ def _save(
         "shape": list(emb.shape),
     }
     # meta.json goes last: its presence with the right key is what marks the cache complete.
-    fd, tmp = tempfile.mkstemp(dir=path, suffix=".tmp")
+    fd, tmp = create_temp_file(path, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(meta, f, indent=2)
     os.replace(tmp, path / "meta.json")

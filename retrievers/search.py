@@ -24,7 +24,9 @@ This module also re-exports what callers use, so ``retrievers.search`` stays the
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from eval.datasets import Task
 
@@ -52,8 +54,11 @@ def build_retriever(
     task: Task,
     cache_dir: Path | None,
     progress: bool = True,
+    transport: Mapping[str, Any] | None = None,
 ) -> Retriever:
-    """Build the retriever ``config`` describes over ``task``'s corpus (see the module doc)."""
+    """Build the retriever ``config`` describes over ``task``'s corpus (see the module doc);
+    ``transport`` goes to every embedding API call and changes no vector: the run's
+    ``timeout``, and a placeholder ``api_key`` for a server that needs none."""
     if not isinstance(config, RetrieverConfig):
         raise TypeError(
             "build_retriever takes a RetrieverConfig, e.g. RetrieverConfig(spec='bm25'), "
@@ -62,7 +67,7 @@ def build_retriever(
     parts = config.parts
     # Resolved once, so every dense member of a hybrid runs on the same device.
     device = resolve_device(config.dense.device) if any(p.kind == "dense" for p in parts) else None
-    members = [_build_one(p, config, task, cache_dir, progress, device) for p in parts]
+    members = [_build_one(p, config, task, cache_dir, progress, device, transport) for p in parts]
     if len(members) == 1:
         return members[0]
     return HybridRetriever(
@@ -81,9 +86,12 @@ def _build_one(
     cache_dir: Path | None,
     progress: bool,
     device: str | None,
+    transport: Mapping[str, Any] | None = None,
 ) -> Retriever:
     module, _, function = RETRIEVER_KINDS[part.kind].builder.partition(":")
     build = getattr(importlib.import_module(module), function)
+    if part.kind == "api":  # the only kind that calls a server
+        return build(part, config, task, cache_dir, progress, device, transport=transport)
     return build(part, config, task, cache_dir, progress, device)
 
 
@@ -113,7 +121,7 @@ def build_dense_member(part, config, task, cache_dir, progress, device) -> Retri
     return DenseRetriever(index, name=part.text)
 
 
-def build_api_member(part, config, task, cache_dir, progress, device) -> Retriever:
+def build_api_member(part, config, task, cache_dir, progress, device, transport=None) -> Retriever:
     api = config.api
     index = build_api_dense(
         task.corpus,
@@ -124,5 +132,6 @@ def build_api_member(part, config, task, cache_dir, progress, device) -> Retriev
         batch_size=api.batch_size,
         api_base=api.api_base,
         params=api.params,
+        transport=transport,
     )
     return DenseRetriever(index, name=part.text)

@@ -9,13 +9,14 @@ import pytest
 
 from agents.llm import scripted
 from agents.run import main
+from eval.runs import unpack_record
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
 
 
 def records(folder: Path) -> dict[str, dict]:
     lines = (folder / "toy" / "queries.jsonl").read_text().splitlines()
-    return {r["query_id"]: r for r in map(json.loads, lines)}
+    return {r["query_id"]: r for r in map(unpack_record, map(json.loads, lines))}
 
 
 @pytest.fixture

@@ -97,12 +97,15 @@ def test_okapi_by_hand_with_negative_idf_floor():
     assert hits["d1"] == pytest.approx(d1, abs=1e-9)
 
 
-def test_okapi_negative_scores_are_not_returned():
+def test_okapi_negative_scores_are_still_ranked():
     # Most terms are in most documents, so the mean idf (and the floor) is negative.
     tokens = [["a", "b"], ["a", "b"], ["a", "b"], ["c"]]
     index = build_bm25_from_tokens(IDS, tokens, "okapi")
-    assert index.search_tokens(["a"]) == {}
-    assert list(index.search_tokens(["a", "c"])) == ["d4"]
+    hits = index.search_tokens(["a"])
+    assert list(hits) == ["d1", "d2", "d3"]  # every document holding "a", never d4
+    assert all(v < 0 for v in hits.values())
+    both = index.search_tokens(["a", "c"])
+    assert list(both) == ["d4", "d1", "d2", "d3"] and both["d4"] > 0 > both["d1"]
 
 
 @pytest.mark.parametrize("method", BM25_METHODS)
@@ -290,5 +293,8 @@ def test_okapi_matches_rank_bm25(scifact_dir):
         ours = index.search_tokens(query, k=len(doc_ids))
         dense = np.zeros(len(doc_ids))
         dense[[doc_ids.index(d) for d in ours]] = list(ours.values())
-        # rank_bm25 scores every document; ours lists only those with a positive score
-        np.testing.assert_allclose(dense, np.where(expected > 0, expected, 0), rtol=0, atol=1e-6)
+        # rank_bm25 scores every document; ours lists exactly those holding a query term,
+        # with rank_bm25's score whatever its sign
+        terms = set(query)
+        assert set(ours) == {d for d, t in zip(doc_ids, tokens, strict=True) if terms & set(t)}
+        np.testing.assert_allclose(dense, expected, rtol=0, atol=1e-6)

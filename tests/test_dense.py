@@ -270,7 +270,8 @@ def test_api_base_params_and_batch_size_reach_every_litellm_call(tmp_path, monke
     retriever = build_retriever(config, task, tmp_path, progress=False)
     retriever.search(SearchRequest("aspirin"), k=2)
     assert [len(b) for b in api.batches] == [3, 1, 1]  # corpus in batches of 3, then the query
-    assert api.kwargs == [{"api_base": "http://127.0.0.1:9/v1", **params}] * 3
+    # the default timeout travels with every call (no part of the cache identity)
+    assert api.kwargs == [{"api_base": "http://127.0.0.1:9/v1", "timeout": 600.0, **params}] * 3
     # what changes the vectors is in the cache key; the URL itself is not written to disk
     encoder = retriever.index.encoder_id
     assert "dimensions=8" in encoder and "input_type=search_document" in encoder

@@ -26,7 +26,7 @@ from agents.graphs.combine import generated_request
 from agents.llm import scripted
 from agents.run import main
 from eval.datasets import R2MED_REVISIONS, DataError, load_folder
-from eval.runs import run_label
+from eval.runs import run_label, unpack_record
 from retrievers.base import SearchRequest
 from retrievers.search import RetrieverConfig, build_retriever
 from tests.conftest import DOCS, QRELS, QUERIES
@@ -87,7 +87,7 @@ def run(toy: dict, agent: str, *extra: str, name: str | None = "run") -> int:
 
 def records(run_dir: Path, task: str = "toy") -> dict[str, dict]:
     lines = (run_dir / task / "queries.jsonl").read_text().splitlines()
-    return {r["query_id"]: r for r in map(json.loads, lines)}
+    return {r["query_id"]: r for r in map(unpack_record, map(json.loads, lines))}
 
 
 def config_of(run_dir: Path) -> dict:
@@ -366,8 +366,11 @@ def test_hub_offline_and_not_cached_says_where_to_put_the_file(tmp_path, offline
     [
         ("none", "r2med:o3-mini", "agent 'none' generates no single text per query"),
         ("tool-search", "r2med:o3-mini", "a generation source is for hyde, query2doc, lamer"),
-        ("reason", "r2med:o3-mini", "R2MED released generations for hyde, query2doc, lamer, "
-         "search-o1, search-r1"),
+        (
+            "reason",
+            "r2med:o3-mini",
+            "R2MED released generations for hyde, query2doc, lamer, search-o1, search-r1",
+        ),
         ("hyde", "r2med:", "expected r2med:<llm> with <llm> one folder name"),
         ("hyde", "r2med:a/b", "expected r2med:<llm> with <llm> one folder name"),
         ("hyde", "r2med:o3-mini@", "expected r2med:<llm>@<folder>, got no folder"),

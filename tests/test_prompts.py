@@ -8,10 +8,12 @@ from eval.datasets import R2MED_KINDS, R2MED_TASKS
 from prompts import (
     MAIN_VARIANTS,
     PROMPTS_DIR,
+    PromptBook,
     PromptError,
     check_placeholders,
     format_docs,
     load_prompt,
+    override_key,
     parse_prompt_overrides,
     placeholder_rules,
     prompt_family,
@@ -311,16 +313,45 @@ def test_unknown_placeholder_is_named_with_the_allowed_ones(tmp_path):
     # search-r1's agent has no max_searches to give its prompt
     message = override_error(tmp_path, "search-r1", "{query} (at most {max_searches} searches)")
     assert "unknown placeholder(s) {max_searches}" in message
-    # attribute access would fail at render time on every query
-    assert "unknown placeholder(s) {query.upper}" in override_error(
+    # attribute access would send "<built-in method upper ...>": only plain names are filled
+    assert "has placeholder {query.upper}: only plain {name}" in override_error(
         tmp_path, "hyde", "{query.upper}"
     )
 
 
 @pytest.mark.parametrize("key", ["system", "search-r1/final", "query2doc-examples"])
-def test_texts_sent_as_written_take_no_placeholder(tmp_path, key):
+def test_texts_without_placeholders_take_none(tmp_path, key):
     message = override_error(tmp_path, key, "Answer {query} carefully.")
     assert "unknown placeholder(s) {query}" in message and "prompts take: none" in message
+    # they are rendered like every other file: a doubled brace is the escape
+    assert "write {{ and }} for literal braces" in message
+
+
+@pytest.mark.parametrize("name", prompt_names())
+def test_every_builtin_renders_to_its_own_bytes(name):
+    # One escape rule for every file: a file is what str.format makes of it. No built-in holds
+    # a doubled brace, so each renders to the file's bytes with the placeholders filled.
+    prompt = load_prompt(*name.split("/"))
+    values = {p: f"<{p}>" for p in prompt.placeholders}
+    expected = prompt.path.read_bytes().decode("utf-8")
+    for p in prompt.placeholders:
+        expected = expected.replace("{" + p + "}", f"<{p}>")
+    assert prompt.render(**values) == expected
+
+
+def test_a_doubled_brace_is_one_brace_in_every_kind_of_file(tmp_path):
+    path = tmp_path / "braces.txt"
+    path.write_text('Reply as JSON: {{"ids": [...]}}')
+    for key in ("system", "search-r1/final", "tool-search/submit", "query2doc-examples"):
+        family, _, variant = key.partition("/")
+        prompt = load_prompt(family, variant or "default", {key: path})
+        assert prompt.render() == 'Reply as JSON: {"ids": [...]}'
+        # the recorded hash is of the template, before rendering: the file's sha256sum
+        assert prompt.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    path.write_text("Answer {query} as JSON: {{...}}")
+    assert load_prompt("hyde", overrides={"hyde": path}).render(query="Q") == (
+        "Answer Q as JSON: {...}"
+    )
 
 
 def test_run_constants_may_be_left_out(tmp_path):
@@ -340,8 +371,14 @@ def test_run_constants_may_be_left_out(tmp_path):
         ("Use {query", "malformed"),
         ("{} {query}", "positional placeholder"),
         ("{0} {query}", "positional placeholder"),
-        ("{query!x}", r"placeholder \{query\} has a bad conversion"),
-        ("{query:{width}}", "or a nested field"),
+        ("{query!x}", r"placeholder \{query!x\}, which fails to render .*Unknown conversion"),
+        ("{query:{width}}", r"placeholder \{query:\{width\}\}, which fails to render"),
+        ("{query:d}", r"placeholder \{query:d\}, which fails to render .*format code 'd'"),
+        ("{query:>{width}}", r"placeholder \{query:>\{width\}\}"),
+        ("{query!r}", r"placeholder \{query!r\}: only plain \{name\} fields"),
+        ("{query:>20}", r"placeholder \{query:>20\}: only plain"),
+        ("{query} {docs[0]}", r"placeholder \{docs\[0\]\}: only plain"),
+        ("{ query}", r"placeholder \{ query\}: only plain"),
     ],
 )
 def test_malformed_override_is_refused_at_parse(tmp_path, text, message):
@@ -378,3 +415,25 @@ def test_bad_override_fails_in_load_prompt_too(tmp_path):
         load_prompt("hyde", task="MedQA-Diag", overrides={"hyde": bad})
     with pytest.raises(PromptError, match=r"prompt hyde/scifact .* lacks"):
         load_prompt("hyde", task="scifact", overrides={"hyde": bad})
+
+
+def test_book_records_which_overrides_it_read(tmp_path):
+    # What a run needs to refuse an override that no prompt of it reads (a LameR prompt
+    # given to a HyDE run, an exam prompt for a run without exam tasks).
+    mine = tmp_path / "mine.txt"
+    mine.write_text("{query}")
+    docs = tmp_path / "docs.txt"
+    docs.write_text("{query} {docs}")
+    overrides = {"hyde/exam": mine, "lamer": docs, "system/reason": tmp_path / "sys.txt"}
+    (tmp_path / "sys.txt").write_text("Reason.")
+    book = PromptBook(overrides, "MedQA-Diag")
+    book.get("hyde")
+    book.get("system")
+    assert book.overrides_read == {"hyde/exam"}
+    book.get("system", "reason")
+    assert book.overrides_read == {"hyde/exam", "system/reason"}
+    biology = PromptBook(overrides, "Biology")
+    assert biology.get("hyde").name == "hyde/Biology" and biology.overrides_read == set()
+    assert override_key("lamer", overrides=overrides, task="Biology") == "lamer"
+    assert override_key("hyde", overrides=overrides, task="MedQA-Diag") == "hyde/exam"
+    assert override_key("hyde", overrides=overrides, task="Biology") is None

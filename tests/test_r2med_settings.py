@@ -23,6 +23,7 @@ from agents.llm import scripted
 from agents.llm.sampling import model_family, resolve
 from agents.llm.text import read_response, reasoning_parser
 from agents.run import main
+from eval.runs import unpack_record
 from prompts import PromptBook
 from retrievers.base import DenseRetriever
 
@@ -32,7 +33,7 @@ THOUGHT = "<think>The liver makes glucose.</think>\n\nAnswer: metformin.</think>
 
 def records(folder: Path, task: str = "toy") -> dict[str, dict]:
     lines = (folder / task / "queries.jsonl").read_text().splitlines()
-    return {r["query_id"]: r for r in map(json.loads, lines)}
+    return {r["query_id"]: r for r in map(unpack_record, map(json.loads, lines))}
 
 
 def run(toy_dir: Path, tmp_path: Path, agent: str, *extra: str, model="scripted/test") -> int:

@@ -28,6 +28,7 @@ from agents.llm.scripted import Reply
 from agents.run import main as run_main
 from eval.compare import main as compare_main
 from eval.datasets import DEMO_DIR, load_tasks
+from eval.runs import unpack_record
 from tests.browser import find_chromium, start_chromium
 
 EXAM = [f"q{i:02d}" for i in range(6, 11)]  # the demo's board-exam questions
@@ -89,7 +90,9 @@ def report(tmp_path_factory) -> dict[str, Any]:
         records[label] = {}
         for task in tasks:
             lines = (folder / task / "queries.jsonl").read_text().splitlines()
-            records[label][task] = {r["query_id"]: r for r in map(json.loads, lines)}
+            records[label][task] = {
+                r["query_id"]: r for r in map(unpack_record, map(json.loads, lines))
+            }
     return {
         "html": html,
         "url": html.resolve().as_uri(),

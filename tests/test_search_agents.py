@@ -31,6 +31,7 @@ from agents.llm import LLM, Completion, Usage, scripted
 from agents.registry import AGENTS
 from agents.run import main
 from eval.datasets import load_tasks
+from eval.runs import read_records
 from retrievers.search import RetrieverConfig, build_retriever
 
 ASPIRIN = "How does aspirin act on platelets?"
@@ -50,8 +51,7 @@ def run(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
 
 
 def records(toy: dict, name: str = "run") -> dict[str, dict]:
-    lines = (toy["runs"] / name / "toy" / "queries.jsonl").read_text().splitlines()
-    return {r["query_id"]: r for r in map(json.loads, lines)}
+    return read_records(toy["runs"] / name / "toy" / "queries.jsonl")
 
 
 def nodes(record: dict) -> list[str]:

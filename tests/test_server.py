@@ -138,6 +138,21 @@ def test_a_server_that_needs_no_key_needs_none_from_the_user(open_server, tmp_pa
     leaks = [p for p in files if NO_KEY_PLACEHOLDER.encode() in p.read_bytes()]
     assert leaks == []
     assert NO_KEY_PLACEHOLDER not in done.stdout + done.stderr
+    assert "Unclosed" not in done.stderr  # every HTTP session the run opened is closed
+
+
+def test_a_llamacpp_server_that_reports_no_template_is_refused_up_front(open_server, tmp_path):
+    """llama-cpp-python's server has no /props: without --chat-template the run would render
+    plain ChatML, not the model's own template, so it is refused before any call."""
+    before = len(open_server.completions_endpoint())
+    done = run_cli(open_server, tmp_path, "--server", "llamacpp")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        f"error: --server llamacpp: the server at {open_server.url} reports no chat template "
+        "(GET /props); give --chat-template: chatml, a Jinja file, or the model's tokenizer "
+        "folder"
+    )
+    assert len(open_server.completions_endpoint()) == before
 
 
 @pytest.mark.parametrize("key", [None, "sk-wrong-key-0123456789"], ids=["no-key", "wrong-key"])

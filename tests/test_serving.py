@@ -100,7 +100,7 @@ def test_llamacpp_gets_the_rendered_prompt_on_the_completions_endpoint(capture, 
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE)
     ask(url, PARTIAL, server="llamacpp", chat_template=str(template))
-    ask(url, FRESH, server="llamacpp")  # built-in ChatML
+    ask(url, FRESH, server="llamacpp", chat_template="chatml")  # built-in ChatML
     (path, body), (_, fresh) = seen
     assert path == "/v1/completions"
     expected = render_chatml(PARTIAL, "You are a helpful assistant.")

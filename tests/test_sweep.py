@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.llm import scripted
-from agents.sweep import cells, load_sweep, main
+from agents.sweep import SweepError, cells, load_sweep, main
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
 
@@ -119,8 +119,12 @@ def test_a_sweep_replays_generations_without_calling_a_model(tmp_path, toy_dir):
     config.write_text(
         config.read_text().replace('agents = ["hyde", "query2doc"]', 'agents = ["hyde"]')
     )
+    # a replay reads no prompt: a prompt variant would override nothing, and is refused
+    with pytest.raises(SweepError, match="key 'prompts.shorter': overrides prompt 'hyde', "
+                                         "which no agent .*with generations"):  # fmt: skip
+        load_sweep(config)
+    config.write_text(config.read_text().replace('shorter = { hyde = "my_hyde.txt" }', ""))
     grid, notes = cells(load_sweep(config))
-    # a replay reads no prompt: the "shorter" prompt variant is the same run as "base"
     assert [c.name for c in grid] == ["hyde-bm25q-file_gens-toy"] and len(notes) == 0
     assert main([str(config)]) == 0
     assert provider.calls == 0

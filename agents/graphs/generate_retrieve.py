@@ -97,9 +97,9 @@ def build_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
         query = state["query"].replace("\n", " ") if spec.flat_query else state["query"]
         values = {"query": query, "docs": state["generated"].get("docs", "")}
         if examples is not None:
-            values["examples"] = examples.text
+            values["examples"] = examples.render()
         messages = [
-            {"role": "system", "content": system.text},
+            {"role": "system", "content": system.render()},
             {"role": "user", "content": prompt.render(**values)},
         ]
         text, step = await llm_step(ctx, "generate", messages)

@@ -127,7 +127,7 @@ def build_graph(ctx: AgentContext) -> Any:
         last = turns > max_turns  # the rollout after the search turns: search is off
         segments = list(state.get("segments", []))
         if last and final_nudge is not None:
-            segments.append(env_segment(final_nudge.text, wrap=False))
+            segments.append(env_segment(final_nudge.render(), wrap=False))
         messages = build_messages(prompt.render(query=state["query"]), segments, mode, chat_prompt)
         completion, step = await llm_call(ctx, "reason", messages, stop=[END_SEARCH, END_ANSWER])
         action, content, kept = parse_action(

@@ -93,7 +93,7 @@ def tool_schemas(book: PromptBook, options: Mapping[str, Any]) -> list[dict[str,
             "type": "function",
             "function": {
                 "name": name,
-                "description": book.get("tool-search", name).text,
+                "description": book.get("tool-search", name).render(),
                 "parameters": {"type": "object", "properties": properties, "required": required},
             },
         }
@@ -230,8 +230,8 @@ def build_graph(ctx: AgentContext) -> Any:
             update["steps"].append(_limit(f"max_turns ({options['max_turns']}) reached"))
             return update | {"done": True}
         if state.get("nudges", 0) < options["nudges"]:
-            update["messages"] = [*messages, {"role": "user", "content": nudge.text}]
-            update["steps"].append({"node": "nudge", "message": nudge.text})
+            update["messages"] = [*messages, {"role": "user", "content": nudge.render()}]
+            update["steps"].append({"node": "nudge", "message": nudge.render()})
             return update | {"nudges": state.get("nudges", 0) + 1}
         update["steps"].append({"node": "stop", "reason": "the model answered without a tool call"})
         return update | {"done": True}

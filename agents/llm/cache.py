@@ -22,6 +22,8 @@ from typing import Any
 
 import diskcache
 
+from eval.files import diskcache_folder
+
 log = logging.getLogger(__name__)
 
 # Request parameters that change how a call is made, not what it answers. `api_key` in
@@ -142,7 +144,7 @@ def _open_store(directory: Path) -> diskcache.Cache:
     """Open the diskcache in `directory`; a damaged one (e.g. a truncated cache.db) is moved
     aside to ``<directory>.corrupt-<time>-<pid>`` and replaced by an empty cache."""
     try:
-        return diskcache.Cache(str(directory))
+        return diskcache.Cache(diskcache_folder(directory))  # umask modes, not 0755/0644
     except sqlite3.DatabaseError as exc:
         aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}-{os.getpid()}")
         try:
@@ -152,4 +154,4 @@ def _open_store(directory: Path) -> diskcache.Cache:
         log.warning(
             "LLM cache %s unreadable (%s); moved to %s, starting afresh", directory, exc, aside
         )
-        return diskcache.Cache(str(directory))
+        return diskcache.Cache(diskcache_folder(directory))

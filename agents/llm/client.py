@@ -8,7 +8,13 @@ A server given by `api_base` may need no key at all (vLLM, llama.cpp): when the 
 variable is unset, a placeholder key is sent so that the OpenAI SDK does not refuse to call.
 
 A missing or rejected key raises `LLMAuthError` at once, without retrying: every other call
-would fail the same way, so callers stop the run instead of failing query after query.
+would fail the same way, so callers stop the run instead of failing query after query. Every
+attempt waits at most `timeout` seconds for the server's answer (no call waits forever); a call
+whose every attempt timed out or found no server raises `LLMUnavailable`, which stops the run
+the same way, naming the server. A 429's Retry-After is waited out before the next attempt.
+A reply the client cannot use (no choices; an answer emptied by the length limit, which is
+what vLLM's reasoning parser returns when thinking fills the budget) raises `LLMReplyError`:
+that query fails with the reason and its fix, and nothing is cached for it.
 
 Usage accounting: a cache hit reports the stored token counts (the work the answer stands
 for) but cost 0.0 (no money was spent this time), `cached_calls=1` and the lookup time as
@@ -23,7 +29,9 @@ import os
 # Must precede the litellm import: otherwise importing litellm fetches the cost map online.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import asyncio
 import dataclasses
+import email.utils
 import json
 import logging
 import re
@@ -43,7 +51,7 @@ from tenacity import (
 )
 
 from agents.llm.cache import LLMCache, cache_key
-from agents.llm.errors import LLMAuthError
+from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.serving import (
     CHAT_CONTINUING,
     ChatTemplate,
@@ -51,9 +59,10 @@ from agents.llm.serving import (
     load_template,
     replicas,
     resolve_server,
+    server_template,
 )
 from agents.llm.tool_text import ToolCall, parse_tool_calls, tool_names
-from agents.secrets import NO_KEY_PLACEHOLDER
+from agents.secrets import NO_KEY_PLACEHOLDER, public_url
 from eval.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -61,6 +70,9 @@ log = logging.getLogger(__name__)
 # litellm prints hints to stdout and, at DEBUG, logs every request; keep both quiet and keep
 # message bodies out of any logging callback. An explicit LITELLM_LOG still wins.
 litellm.suppress_debug_info = True
+# httpx's own transport, not aiohttp's: litellm caches some of its aiohttp sessions but not all
+# (the text-completion path's), and an unclosed one prints "Unclosed client session" at exit
+litellm.disable_aiohttp_transport = True
 litellm.turn_off_message_logging = True
 litellm.log_raw_request_response = False
 if "LITELLM_LOG" not in os.environ:
@@ -105,6 +117,12 @@ ROUTER_COOLDOWN_S = 30.0
 # Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
 RETRY_WAIT_MULTIPLIER_S = 1.0
 RETRY_MAX_WAIT_S = 60.0
+RETRY_AFTER_MAX_S = 600.0  # a server's Retry-After is honoured up to this long
+DEFAULT_TIMEOUT_S = 600.0  # per attempt: a long reasoning answer, not a hung server
+_sleep = asyncio.sleep  # tenacity's sleep between attempts (tests record it)
+
+# litellm reports a refused connection as InternalServerError with one of these messages
+_NO_SERVER = ("Connection error", "Cannot connect to host", "Connection refused")
 
 
 def _is_custom(provider: str) -> bool:
@@ -259,6 +277,7 @@ class LLM:
     server: str = "auto"  # what serves api_base: agents.llm.serving.SERVERS
     chat_template: str | None = None  # llamacpp: how prompts are rendered (serving.py)
     routing: str = "simple-shuffle"  # several api_base URLs: litellm Router's strategy
+    timeout: float | None = DEFAULT_TIMEOUT_S  # seconds an attempt waits for the answer
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
     _router: Any = field(default=None, init=False, repr=False, compare=False)
@@ -274,8 +293,19 @@ class LLM:
         # Cache hits never reach it.
         self._limiter = AsyncLimiter(self.rate_limit, 1) if self.rate_limit else None
         self.server = resolve_server(self.server, self.model)
-        if self.server == "llamacpp" and not self.model.startswith("local/"):
+        if self.renders_prompts and self.chat_template:
             self._template = load_template(self.chat_template)
+
+    @property
+    def renders_prompts(self) -> bool:
+        """Whether prompts are rendered here (``--server llamacpp``: its completions path)."""
+        return self.server == "llamacpp" and not self.model.startswith("local/")
+
+    def prepare(self) -> None:
+        """What must hold before the first call, checked now: a llama.cpp server without
+        ``chat_template`` must report its own (ValueError, one line, otherwise)."""
+        if self.renders_prompts and self._template is None:
+            self._template = server_template(self.api_base)
 
     @property
     def continues_turns(self) -> bool:
@@ -301,6 +331,7 @@ class LLM:
         """
         request = {**self.params, **params}
         continuing = bool(messages) and messages[-1].get("role") == "assistant"
+        self.prepare()
         if continuing and self.server in CHAT_CONTINUING:
             # their chat endpoints continue the final message when asked to
             extra = {**request.get("extra_body", {}), "continue_final_message": True,
@@ -350,6 +381,7 @@ class LLM:
         response = await self._call_with_retries(messages, stop, request)
         latency = time.perf_counter() - start
         entry = _entry_from_response(response, self.model)
+        _check_reply(entry, self.model, request)  # before caching: no unusable answer is kept
         if self._template is not None and request.get("tools"):
             # the completions endpoint returns text: read the calls from it, as local/ does
             entry["text"], calls = parse_tool_calls(entry["text"], tool_names(request["tools"]))
@@ -395,6 +427,12 @@ class LLM:
             self._cache.close()
             self._cache = None
 
+    @property
+    def template(self) -> ChatTemplate | None:
+        """The chat template prompts are rendered with here (``--server llamacpp``)."""
+        return self._template
+
+
     def _open_cache(self) -> LLMCache | None:
         if self.cache_dir is None or self.cache_mode == "off":
             return None
@@ -411,10 +449,11 @@ class LLM:
     ) -> Any:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(1, self.max_retries)),
-            wait=wait_random_exponential(multiplier=RETRY_WAIT_MULTIPLIER_S, max=RETRY_MAX_WAIT_S),
+            wait=_wait,
             retry=retry_if_exception_type(RETRYABLE_ERRORS),
             before_sleep=self._log_retry,
             reraise=True,
+            sleep=lambda seconds: _sleep(seconds),
         )
         kwargs = dict(request)
         if not self.model.startswith("local/"):
@@ -428,19 +467,40 @@ class LLM:
         if placeholder:
             kwargs["api_key"] = NO_KEY_PLACEHOLDER
         kwargs.pop("chat_template_sha256", None)
-        async for attempt in retrying:
-            with attempt:
-                if self._limiter:
-                    await self._limiter.acquire()
-                try:
-                    return await self._send(messages, stop, kwargs)
-                except Exception as exc:
-                    if not is_auth_error(exc):
-                        raise
-                    # Not retryable, and without the provider's error chained: its text may
-                    # quote the key, and a traceback is printed wherever stderr goes.
-                    message = auth_error_message(self.model, exc, placeholder)
-                    raise LLMAuthError(message) from None
+        if self.timeout is not None and not self.model.startswith("local/"):
+            kwargs.setdefault("timeout", self.timeout)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if self._limiter:
+                        await self._limiter.acquire()
+                    try:
+                        return await self._send(messages, stop, kwargs)
+                    except Exception as exc:
+                        if not is_auth_error(exc):
+                            raise
+                        # Not retryable, and without the provider's error chained: its text
+                        # may quote the key, and a traceback is printed wherever stderr goes.
+                        message = auth_error_message(self.model, exc, placeholder)
+                        raise LLMAuthError(message) from None
+        except RETRYABLE_ERRORS as exc:
+            # an in-process provider (local/, scripted/) has no server: litellm reports its
+            # failures as connection errors, which are that query's
+            if not is_no_server(exc) or _is_custom(_provider(self.model) or ""):
+                raise
+            raise LLMUnavailable(self._unavailable_message(exc)) from None
+        raise AssertionError("unreachable: tenacity reraises the last error")
+
+    def _unavailable_message(self, exc: BaseException) -> str:
+        where = public_url(self.api_base) or f"{_provider(self.model) or 'its provider'}'s API"
+        tries = f"{max(1, self.max_retries)} attempts"
+        if isinstance(exc, litellm.Timeout):
+            why = f"no answer within {self.timeout:g} s in {tries}"
+            hint = "is the server up and not overloaded? --timeout sets the wait"
+        else:
+            why = f"no server answered in {tries}"
+            hint = "is the server up at that address?"
+        return f"{self.model} at {where}: {why}; {hint}"
 
     async def _send(self, messages: list[dict], stop: list[str] | None, kwargs: dict) -> Any:
         """One request: chat, or a completion of the rendered prompt (llamacpp), to the one
@@ -495,8 +555,60 @@ class LLM:
         )
 
 
+def is_no_server(exc: BaseException) -> bool:
+    """A timeout, or no server at the address (however litellm reports a refused connection)."""
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+        return True
+    return isinstance(exc, litellm.InternalServerError) and any(m in str(exc) for m in _NO_SERVER)
+
+
+def retry_after_seconds(exc: BaseException | None) -> float | None:
+    """The seconds a server's Retry-After header asks for (a number or an HTTP date), if any."""
+    headers = getattr(exc, "litellm_response_headers", None)
+    response = getattr(exc, "response", None)
+    if not headers and response is not None:
+        headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(str(value))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _wait(state: RetryCallState) -> float:
+    """Exponential backoff with full jitter, or the server's Retry-After when it says longer."""
+    backoff = wait_random_exponential(multiplier=RETRY_WAIT_MULTIPLIER_S, max=RETRY_MAX_WAIT_S)
+    seconds = backoff(state)
+    after = retry_after_seconds(state.outcome.exception() if state.outcome else None)
+    return seconds if after is None else max(seconds, min(after, RETRY_AFTER_MAX_S))
+
+
+def _check_reply(entry: dict, model: str, request: dict) -> None:
+    """Refuse an answer emptied by the length limit: searching nothing (or the raw query) in
+    its place would score a run that never had an answer."""
+    if entry["text"] or entry.get("tool_calls") or entry["finish_reason"] != "length":
+        return
+    budget = request.get("max_tokens") or request.get("max_completion_tokens")
+    cut = f"at its {budget}-token budget" if budget else "at its length limit"
+    raise LLMReplyError(
+        f"{model}: the reply was cut {cut} before any answer (a reasoning model's thinking "
+        "can fill it); raise --max-tokens"
+    )
+
+
 def _entry_from_response(response: Any, requested_model: str) -> dict:
     """The cacheable fields of a litellm ModelResponse (chat) or TextCompletionResponse."""
+    if not getattr(response, "choices", None):
+        raise LLMReplyError(
+            f"{requested_model}: the server's reply holds no choices (an empty 'choices' list)"
+        )
     choice = response.choices[0]
     usage = getattr(response, "usage", None)
     message = getattr(choice, "message", None)
@@ -609,3 +721,9 @@ def _from_entry(entry: dict, latency: float, cached: bool = True) -> Completion:
             ToolCall(c["id"], c["name"], c["arguments"]) for c in entry.get("tool_calls") or ()
         ],
     )
+
+
+async def close_clients() -> None:
+    """Close the HTTP sessions litellm opened, so that a run ends without "Unclosed client
+    session" warnings."""
+    await litellm.close_litellm_async_clients()

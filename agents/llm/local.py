@@ -314,6 +314,13 @@ def _piece(llm: Any, token: int) -> str:
 
 _loaded: dict[tuple[str, int], LoadedModel] = {}
 _loading = threading.Lock()
+# Set on Ctrl-C (agents.interrupt): a generation in a worker thread stops at its next token,
+# so the interpreter is not kept waiting for it at exit.
+CANCEL = threading.Event()
+
+
+class GenerationCancelled(RuntimeError):
+    """The process is being interrupted; the query's record is not written."""
 
 
 @atexit.register
@@ -478,6 +485,9 @@ def generate(
             frequency_penalty=frequency_penalty,
         )
         for token in tokens_out:
+            if CANCEL.is_set():
+                tokens_out.close()
+                raise GenerationCancelled("interrupted")
             if first is None:
                 first = time.perf_counter()
             n_generated += 1

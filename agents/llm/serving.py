@@ -12,9 +12,13 @@ each message. Which one a server can do depends on what it is (``--server``):
 * ``openai`` (generic APIs): chat only; agents hand results back as user turns.
 * ``auto``: ``vllm`` for litellm's ``hosted_vllm/`` models, else ``openai``.
 
-Chat templates for the completions path (``--chat-template``): ``chatml`` (built in; Qwen2.5,
-QwQ, Qwen3, SmolLM2 speak it), a Jinja template file, or a local tokenizer folder whose
-``tokenizer_config.json`` holds one (rendered by transformers' ``apply_chat_template``). A file
+Chat templates for the completions path (``--chat-template``): ``chatml`` (built in; plain
+ChatML, without the default system message Qwen's own template adds), a Jinja template file,
+or a local tokenizer folder whose ``tokenizer_config.json`` holds one (rendered by
+transformers' ``apply_chat_template``). Without one, the template the server reports is used
+(llama.cpp's ``llama-server`` gives the model's own at ``GET /props``), so a served run renders
+what the model's template renders; a server that reports none is refused with one line asking
+for ``--chat-template``. A file
 is rendered the way transformers renders it, so the two give the same text. Tools (the
 ``tool-search`` agent) are rendered by a template that knows them (Qwen's, as the GGUF carries
 it) and written in as text otherwise; the calls are read back from the completion's text
@@ -96,6 +100,34 @@ class ChatTemplate:
             raise_exception=_raise,
         )
         return _continue_final(rendered, messages) if partial else rendered
+
+
+SERVER_TEMPLATE_TIMEOUT_S = 10.0
+
+
+def server_template(api_base: str | None) -> ChatTemplate:
+    """The chat template a llama.cpp server reports (``GET <server>/props``, its
+    ``chat_template``); ValueError (one line) when it reports none."""
+    import httpx
+
+    from agents.secrets import public_url
+
+    urls = replicas(api_base)
+    for url in urls:
+        root = url.rstrip("/").removesuffix("/v1")
+        try:
+            response = httpx.get(f"{root}/props", timeout=SERVER_TEMPLATE_TIMEOUT_S)
+            text = response.json().get("chat_template") if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):  # down, or not llama.cpp's
+            text = None
+        if isinstance(text, str) and text.strip():
+            _jinja(text)
+            return ChatTemplate(f"server {public_url(url)}", _sha(text), text)
+    where = public_url(urls[0]) if urls else "--api-base"
+    raise ValueError(
+        f"--server llamacpp: the server at {where} reports no chat template (GET /props); give "
+        "--chat-template: chatml, a Jinja file, or the model's tokenizer folder"
+    )
 
 
 def load_template(spec: str | None) -> ChatTemplate:

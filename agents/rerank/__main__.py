@@ -20,6 +20,7 @@ import logging
 import sys
 from pathlib import Path
 
+from agents import interrupt
 from agents.config import (
     STAGE_WIDE,
     ConfigError,
@@ -31,7 +32,7 @@ from agents.config import (
     settings_from_args,
     stages_with,
 )
-from agents.llm.errors import LLMAuthError
+from agents.llm.errors import LLMRunError
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
 from eval.datasets import DataError
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    interrupt.install()
     try:
         config = rerank_config(args.source, settings_from_args(args))
         result = run(
@@ -132,12 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet,
             on_task=lambda task: print(report(task), flush=True),
         )
-    except (ConfigError, DataError, ValueError, LLMAuthError) as e:  # one-line refusals
+    except (ConfigError, DataError, ValueError, LLMRunError) as e:  # one-line refusals
         print(f"error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return interrupt.interrupted()
     return print_summary(result)
 
 

@@ -93,8 +93,10 @@ class ScoreCache:
     def __init__(self, directory: Path) -> None:
         import diskcache
 
+        from eval.files import diskcache_folder
+
         try:
-            self._store = diskcache.Cache(str(directory))
+            self._store = diskcache.Cache(diskcache_folder(directory))  # umask modes
         except sqlite3.DatabaseError as e:  # a truncated cache.db must not stop the run
             log.warning("cross-encoder cache %s unreadable (%s); not caching", directory, e)
             self._store = None
