@@ -30,7 +30,7 @@ from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.llm.serving import ROUTINGS, SERVERS, load_template
 from agents.llm.text import REASONING_SETTINGS
 from agents.registry import AGENTS, STAGES, OptionSpec
-from agents.secrets import public_url
+from agents.secrets import public_url, redact
 from eval.argtypes import (
     check_field,
     integer_from,
@@ -176,6 +176,9 @@ class RunConfig:
     reasoning: str = "auto"
     # recorded: "<agent or stage>/<node>" -> what its calls are sent (agents.llm.sampling)
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    # recorded: sha256 of the chat template prompts are rendered with here (--server llamacpp:
+    # the file given, or the one the server reports), as a prompt file's text is recorded
+    chat_template_sha256: str | None = None
     # seconds an LLM or embedding call waits for the server's answer, per attempt
     timeout: float = DEFAULT_TIMEOUT_S
     # recorded: what decides a fresh run's outputs on this machine (llama.cpp's build and the
@@ -319,7 +322,8 @@ LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing")  # how fast, not
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
-    """The config as plain JSON data (``config.json``), passwords in URLs masked."""
+    """The config as plain JSON data (``config.json``), passwords in URLs and keys in
+    embedding options masked."""
     data = dataclasses.asdict(cfg)
     data["rerank"] = [dict(s) for s in data["rerank"]]
     for stage in data["rerank"]:
@@ -329,7 +333,18 @@ def to_dict(cfg: RunConfig) -> dict[str, Any]:
     if data["llm"] is not None:
         data["llm"]["api_base"] = public_url(data["llm"]["api_base"])
     data["retriever"]["api"]["api_base"] = public_url(data["retriever"]["api"]["api_base"])
+    # an embedding option's value may hold a key (an environment secret, a `Bearer` token)
+    data["retriever"]["api"]["params"] = _redacted(data["retriever"]["api"]["params"])
     return data
+
+
+def _redacted(value: Any) -> Any:
+    """``value`` (JSON data) with every string in it passed through `redact`."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: _redacted(v) for k, v in value.items()}
+    return [_redacted(v) for v in value] if isinstance(value, list) else value
 
 
 def from_dict(data: Mapping[str, Any]) -> RunConfig:
@@ -376,7 +391,8 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     names = []
     for path in paths:
         top = path.split(".")[0]
-        name = by_path.get(path) or (top if top in ("options", "prompts", "rerank") else path)
+        grouped = ("options", "prompts", "rerank", "sampling", "machine", "generation_sha256")
+        name = by_path.get(path) or (top if top in grouped else path)
         if top == "options":
             name = path.split(".", 1)[1]
         names.append(name)

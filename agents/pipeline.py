@@ -141,6 +141,9 @@ async def _arun(
     llms = _llms(config, cache_dir)
     for client in llms.values():
         client.prepare()
+    templates = [c.template.sha256 for c in llms.values() if c.template is not None]
+    if templates:
+        config = dataclasses.replace(config, chat_template_sha256=templates[0])
     embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
     config = dataclasses.replace(config, machine=machine.describe(embedded))
     source = read_source_run(config) if config.source_run else None

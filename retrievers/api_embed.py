@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -138,12 +139,19 @@ def _host(url: str | None) -> str | None:
     return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
+# an option value written into the cache identity as it is: a number or a word without digits
+# ("search_document"); anything else (a key among them) is written as its hash
+_PLAIN_WORD = re.compile(r"-?[0-9]+(\.[0-9]+)?|[A-Za-z_.-]{1,32}")
+
+
 def encoder_id(model: str, api_base: str | None, params: Mapping[str, Any]) -> str:
     """The cache identity of ``model`` behind ``api_base`` called with ``params``."""
     parts = [f"api:{model}"]
     for name in sorted(set(params) - TRANSPORT_PARAMS):
         value = params[name]
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        if not _PLAIN_WORD.fullmatch(text):  # it may be a key: the cache's meta.json keeps it
+            text = f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         parts.append(f"{name}={text}")
     if api_base is not None:
         parts.append(f"api_base=sha256:{hashlib.sha256(api_base.encode()).hexdigest()[:16]}")

@@ -2,26 +2,25 @@
 
 Used by tests/test_report_browser.py and bench/report_bench.py. Selenium Manager never runs
 (it would download a browser and a driver): the driver is given by path in `Service` and the
-browser by `binary_location`, so nothing is fetched. `R2MED_CHROMIUM` and `R2MED_CHROMEDRIVER`
-name other binaries. Where either is missing, `find_chromium(install=True)` tries Debian's
-packages once (`apt-get install -y`, then `apt-get update` and again; `sudo -n` when not root),
-as `.ci/run` does, and otherwise says in one line why there is no browser.
+browser by `binary_location`, so nothing is fetched. Nothing is installed here either: `.ci/run`
+installs Debian's packages; here the binaries are looked up on PATH, then in /usr/bin.
+`R2MED_CHROMIUM` and `R2MED_CHROMEDRIVER` name other binaries. Where either is missing,
+`find_chromium` says in one line which, and how to get it.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
-from functools import cache
+from pathlib import Path
 from typing import Any
 
 PACKAGES = ("chromium", "chromium-driver")  # Debian's names
 BROWSER_NAMES = ("chromium", "chromium-browser")
 DRIVER_NAMES = ("chromedriver",)
+FALLBACK_DIR = Path("/usr/bin")  # where Debian's packages put them, should PATH not hold it
 WINDOW = (1280, 1000)
-APT_TIMEOUT_S = 900
 
 
 @dataclass(frozen=True)
@@ -38,65 +37,42 @@ class Chromium:
 def _which(env: str, names: tuple[str, ...]) -> str | None:
     if os.environ.get(env):
         return shutil.which(os.environ[env])
-    return next((p for p in map(shutil.which, names) if p), None)
+    for name in names:
+        found = shutil.which(name) or shutil.which(name, path=str(FALLBACK_DIR))
+        if found:
+            return found
+    return None
 
 
-def _locate() -> tuple[str | None, str | None]:
-    return _which("R2MED_CHROMIUM", BROWSER_NAMES), _which("R2MED_CHROMEDRIVER", DRIVER_NAMES)
+def find_chromium(install: bool = False) -> Chromium:
+    """The browser and driver binaries, or which is missing (``reason``).
 
-
-def _apt_install() -> str:
-    """Install Debian's chromium and chromium-driver; "" on success, else why not."""
-    apt = shutil.which("apt-get")
-    if apt is None:
-        return "apt-get is not available"
-    prefix: list[str] = []
-    if os.geteuid() != 0:
-        sudo = shutil.which("sudo")
-        if sudo is None:
-            return "not root and no sudo to run apt-get"
-        prefix = [sudo, "-n"]  # never wait for a password
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-
-    def apt_get(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [*prefix, apt, *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=APT_TIMEOUT_S,
+    ``install`` is only there for callers written when this could install the packages; it
+    must be False: tests never install system packages (`.ci/run` does).
+    """
+    if install:
+        raise ValueError("tests/browser.py installs nothing; .ci/run installs Debian's chromium")
+    browser = _which("R2MED_CHROMIUM", BROWSER_NAMES)
+    driver = _which("R2MED_CHROMEDRIVER", DRIVER_NAMES)
+    if browser and driver:
+        return Chromium(browser, driver)
+    missing = [
+        what
+        for what, env, path in (
+            ("chromium", "R2MED_CHROMIUM", browser),
+            ("chromedriver", "R2MED_CHROMEDRIVER", driver),
         )
-
-    try:
-        done = apt_get("install", "-y", *PACKAGES)
-        if done.returncode != 0:
-            apt_get("update")
-            done = apt_get("install", "-y", *PACKAGES)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"apt-get failed ({e})"
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"apt-get install {' '.join(PACKAGES)} exited {done.returncode}: {last}"
-    return ""
-
-
-@cache
-def find_chromium(install: bool = True) -> Chromium:
-    """The browser and driver binaries; when missing and ``install``, Debian's packages first."""
-    browser, driver = _locate()
-    if browser and driver:
-        return Chromium(browser, driver)
-    missing = " and ".join(
-        what for what, path in (("chromium", browser), ("chromedriver", driver)) if not path
+        if not path
+    ]
+    named = [f"{os.environ[env]} (${env})" for env in ("R2MED_CHROMIUM", "R2MED_CHROMEDRIVER")
+             if os.environ.get(env)]  # fmt: skip
+    where = f"{', '.join(named)} not found; " if named else ""
+    return Chromium(
+        browser,
+        driver,
+        f"{' and '.join(missing)} not found on PATH or in {FALLBACK_DIR} ({where}Debian: "
+        f"apt-get install {' '.join(PACKAGES)}, which .ci/run does)",
     )
-    if not install:
-        return Chromium(browser, driver, f"{missing} not found")
-    problem = _apt_install()
-    browser, driver = _locate()
-    if browser and driver:
-        return Chromium(browser, driver)
-    why = problem or "installed, yet still not on PATH"
-    return Chromium(browser, driver, f"{missing} not found and could not be installed: {why}")
 
 
 def start_chromium(chromium: Chromium, window: tuple[int, int] = WINDOW) -> Any:

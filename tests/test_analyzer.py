@@ -2,16 +2,17 @@
 
 Every expectation below was checked against pyserini 0.22.1's
 ``Analyzer(get_lucene_analyzer()).analyze`` (Lucene's StandardTokenizer + EnglishPossessive +
-LowerCase + Stop + PorterStem), so a failure here means we drifted from Lucene.
+LowerCase + Stop + PorterStem), so a failure here means we drifted from Lucene. The last tests
+run pyserini itself (the ``lucene_analyzer`` fixture of tests/conftest.py: it skips, or fails
+under CI=true, when pyserini is not installed or there is no Java >= 11; any other ImportError
+is an error) over the synthetic task and, as an extra, SciFact.
 """
 
 import json
-import os
-import shutil
-import time
 
 import pytest
 
+from eval.datasets import load_folder
 from retrievers.analyzer import (
     ANALYZER_ID,
     ENGLISH_STOPWORDS,
@@ -161,38 +162,39 @@ def test_stopword_set() -> None:
     assert ANALYZER_ID
 
 
-def _lucene_analyzer():
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no Java (java not on PATH, JAVA_HOME unset): pyserini needs a JVM")
-    try:
-        from pyserini.analysis import Analyzer, get_lucene_analyzer
-    except ImportError as e:
-        pytest.skip(f"pyserini not installed ({e}); pip install --no-deps pyserini==0.22.1 pyjnius")
-    return Analyzer(get_lucene_analyzer())
-
-
-def test_matches_pyserini_on_scifact(scifact_dir) -> None:
-    """Run both analyzers over all of SciFact (title + " " + text); about 3 s."""
-    lucene = _lucene_analyzer()
-    with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f:
-        texts = [(d["title"] + " " + d["text"]) for d in map(json.loads, f)]
-    start = time.perf_counter()
-    expected = [list(lucene.analyze(text)) for text in texts]
-    lucene_s = time.perf_counter() - start
-    start = time.perf_counter()
-    ours = analyze_many(texts)
-    ours_s = time.perf_counter() - start
-
+def _agreement(ours: list[list[str]], expected: list[list[str]]) -> tuple[float, float]:
+    """Share of texts analysed identically, and of tokens equal position by position."""
     same_docs = sum(a == b for a, b in zip(ours, expected, strict=True))
-    # Token agreement: position-wise matches over the longer list, per document.
     same_tokens = sum(
         sum(x == y for x, y in zip(a, b, strict=False)) for a, b in zip(ours, expected, strict=True)
     )
     total_tokens = sum(max(len(a), len(b)) for a, b in zip(ours, expected, strict=True))
-    print(
-        f"\nSciFact: {same_docs}/{len(texts)} docs identical ({same_docs / len(texts):.2%}), "
-        f"tokens {same_tokens / total_tokens:.4%}; lucene {lucene_s:.1f}s, ours {ours_s:.1f}s"
-    )
+    return same_docs / len(ours), same_tokens / total_tokens
+
+
+def test_matches_pyserini_on_the_synthetic_task(synthetic_dir, lucene_analyzer) -> None:
+    """Every document and query of tests/synthetic.py's task: capitalised sentences, acronyms,
+    possessives (both apostrophes), hyphens, decimals, p-values, units, Greek letters, plurals."""
+    task = load_folder(synthetic_dir)
+    texts = list(task.corpus.values()) + list(task.queries.values())
+    expected = [lucene_analyzer(text) for text in texts]
+    ours = analyze_many(texts)
+    differ = [(t, a, b) for t, a, b in zip(texts, ours, expected, strict=True) if a != b]
+    assert not differ, f"{len(differ)} of {len(texts)} texts differ; first: {differ[0]}"
+    # not vacuous: the stemmer and the stopword filter both changed something
+    tokens = {tok for toks in expected for tok in toks}
+    words = {w.lower() for text in texts for w in text.split()}
+    assert len(tokens) > 1000 and len(tokens - words) > 500  # stemmed, or split off punctuation
+    assert not {"the", "of", "and"} & tokens and {"the", "of", "and"} <= words
+
+
+@pytest.mark.scifact
+def test_matches_pyserini_on_scifact(scifact_dir, lucene_analyzer) -> None:
+    """Both analyzers over all of SciFact (title + " " + text); about 3 s."""
+    with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f:
+        texts = [(d["title"] + " " + d["text"]) for d in map(json.loads, f)]
+    docs, tokens = _agreement(analyze_many(texts), [lucene_analyzer(text) for text in texts])
+    print(f"\nSciFact: {docs:.2%} of {len(texts)} docs identical, tokens {tokens:.4%}")
     # Measured 100% / 100% (5,183 docs); leave a hair of room for Unicode-version drift.
-    assert same_docs / len(texts) >= 0.998
-    assert same_tokens / total_tokens >= 0.9995
+    assert docs >= 0.998
+    assert tokens >= 0.9995

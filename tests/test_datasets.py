@@ -1,6 +1,10 @@
+import hashlib
 import json
 import logging
-import time
+import os
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import huggingface_hub.constants
@@ -21,6 +25,10 @@ from eval.datasets import (
     task_fingerprint,
 )
 from eval.fingerprint import corpus_fingerprint
+from tests.synthetic import SEED as SYNTHETIC_SEED
+from tests.synthetic import generate, write_task
+
+REPO = Path(__file__).resolve().parents[1]
 
 # --- helpers -----------------------------------------------------------------------------------
 
@@ -91,10 +99,9 @@ def error_of(path: Path) -> str:
 # --- real data ---------------------------------------------------------------------------------
 
 
-def test_scifact_loads_fast_and_complete(scifact_dir: Path) -> None:
-    start = time.perf_counter()
+@pytest.mark.scifact
+def test_scifact_loads_complete(scifact_dir: Path) -> None:
     task = load_folder(scifact_dir)
-    elapsed = time.perf_counter() - start
 
     assert task.name == "scifact"
     assert len(task.corpus) == 5183
@@ -106,7 +113,70 @@ def test_scifact_loads_fast_and_complete(scifact_dir: Path) -> None:
         "Microstructural development of human newborn cerebral white matter"
     )
     assert "imaging. Alterations of the architecture" in task.corpus["4983"]
-    assert elapsed < 1.0, f"SciFact took {elapsed:.2f}s to load"
+
+
+# --- the synthetic task (tests/synthetic.py) ---------------------------------------------------
+
+
+def test_synthetic_task_loads_complete_in_both_layouts(synthetic_dir: Path, tmp_path: Path) -> None:
+    made = generate()
+    task = load_folder(synthetic_dir)
+    assert task.name == "synthetic" and task.notes == []
+    assert (len(task.corpus), len(task.queries), len(task.qrels)) == (3000, 300, 300)
+    assert task.corpus == made.texts()  # BEIR: title + " " + text, untitled ones just text
+    assert task.queries == made.queries and task.qrels == made.qrels
+    untitled = next(d for d, (title, _) in made.corpus.items() if not title)
+    assert task.corpus[untitled] == made.corpus[untitled][1]
+    r2med = load_folder(write_task(tmp_path / "synthetic", made, layout="r2med"))
+    assert r2med.notes == []
+    assert task_fingerprint(r2med) == task_fingerprint(task)  # the same task, in corpus order
+
+
+def test_synthetic_task_is_the_same_on_every_machine(synthetic_dir: Path, tmp_path: Path) -> None:
+    again = write_task(tmp_path / "again")
+    for name in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv"):
+        assert (again / name).read_bytes() == (synthetic_dir / name).read_bytes(), name
+    # another interpreter with another hash seed: no set or hash order leaks into the data
+    code = (
+        "import hashlib, json; from tests.synthetic import generate; t = generate(); "
+        "print(hashlib.sha256(json.dumps([t.corpus, t.queries, t.qrels]).encode()).hexdigest())"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    made = generate()
+    here = hashlib.sha256(json.dumps([made.corpus, made.queries, made.qrels]).encode())
+    assert done.stdout.strip() == here.hexdigest()
+    other = generate(seed=SYNTHETIC_SEED + 1)
+    assert other.queries != made.queries and other.corpus != made.corpus
+
+
+def test_synthetic_task_has_what_the_tests_rely_on(synthetic_dir: Path) -> None:
+    """Graded qrels, several relevant documents for many queries, duplicates (exact ties), a
+    Zipfian vocabulary, and BM25 right only some of the time."""
+    from eval.evaluate import evaluate
+    from retrievers.bm25 import analyze_many, build_bm25
+
+    task = load_folder(synthetic_dir)
+    grades = [g for docs in task.qrels.values() for g in docs.values()]
+    assert sorted(set(grades)) == [1, 2] and grades.count(1) > 50 and grades.count(2) > 200
+    several = sum(len(docs) > 1 for docs in task.qrels.values())
+    assert 80 < several < 250
+    assert len(set(task.corpus.values())) < len(task.corpus) - 30  # exact duplicates
+    counts = Counter(tok for toks in analyze_many(list(task.corpus.values())) for tok in toks)
+    ranked = [n for _, n in counts.most_common()]
+    assert len(ranked) > 2000 and ranked[0] > 4 * ranked[100] > 16 * ranked[1000]  # Zipf-like
+    assert sum(n == 1 for n in ranked) > 100  # a long tail of words seen once
+
+    index = build_bm25(task.corpus, method="bm25q", progress=False)
+    run = index.search_many(task.queries, k=100, progress=False)
+    ndcg = evaluate(task.qrels, run, k_values=(10,)).per_query
+    mean = sum(v["NDCG@10"] for v in ndcg.values()) / len(ndcg)
+    assert 0.3 < mean < 0.7
+    assert sum(v["NDCG@10"] == 1 for v in ndcg.values()) > 30  # some queries solved ...
+    assert sum(v["NDCG@10"] == 0 for v in ndcg.values()) > 30  # ... and some missed entirely
+    tied = sum(len(set(list(docs.values())[:10])) < min(10, len(docs)) for docs in run.values())
+    assert tied > 50  # top-10s that hold tied scores
 
 
 # --- layouts -----------------------------------------------------------------------------------

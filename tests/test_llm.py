@@ -352,20 +352,52 @@ def test_local_models_register_their_provider_once(provider, tmp_path, monkeypat
     assert "max_retries" not in provider.calls[0]["optional_params"]
 
 
+class GateLimiter:
+    """Stands in for the LLM's AsyncLimiter: lets ``capacity`` acquisitions through, then holds
+    every later one until ``opened`` is set. Counts acquisitions; no clock involved."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity, self.acquired = capacity, 0
+        self.opened = asyncio.Event()
+
+    async def acquire(self, amount: float = 1) -> None:
+        self.acquired += 1
+        if self.acquired > self.capacity:
+            await self.opened.wait()
+
+
 def test_rate_limit_caps_provider_requests_but_not_cache_hits(provider, tmp_path):
-    import time
-
-    async def burst(llm: LLM, n: int) -> float:
-        started = time.perf_counter()
-        await asyncio.gather(*(llm.chat([{"role": "user", "content": f"q{i}"}]) for i in range(n)))
-        return time.perf_counter() - started
-
+    """Every provider request waits for the limiter first; a cache hit never asks it. (How
+    fast aiolimiter refills is aiolimiter's; bench/ measures the timing.)"""
     llm = LLM(model="scripted/m", cache_dir=tmp_path, rate_limit=5)
-    # the limiter lets 5 through at once, then 5 per second: 10 calls need about a second
-    assert run(burst(llm, 10)) >= 0.8
+    assert (llm._limiter.max_rate, llm._limiter.time_period) == (5, 1)  # 5 a second
+    assert LLM(model="scripted/m", cache_dir=tmp_path)._limiter is None  # no limit by default
+    gate = llm._limiter = GateLimiter(capacity=5)
+    messages = [[{"role": "user", "content": f"q{i}"}] for i in range(10)]
+
+    async def until(condition) -> None:
+        while not condition():
+            await asyncio.sleep(0.001)
+
+    async def burst() -> None:
+        tasks = [asyncio.ensure_future(llm.chat(m)) for m in messages]
+        # every call asked the limiter, and the five it let through finished (the wait_for
+        # only keeps a broken limiter from hanging the suite)
+        await asyncio.wait_for(
+            until(lambda: gate.acquired == 10 and sum(t.done() for t in tasks) == 5), 60
+        )
+        assert len(provider.calls) == 5  # the five held never reached the provider
+        gate.opened.set()
+        await asyncio.gather(*tasks)
+
+    async def hits() -> list:
+        return await asyncio.gather(*(llm.chat(m) for m in messages))
+
+    run(burst())
     assert len(provider.calls) == 10
-    assert run(burst(llm, 10)) < 0.5  # the same 10 again are cache hits: no waiting
-    assert len(provider.calls) == 10
+    again = run(hits())
+    assert all(c.cached for c in again)  # the same 10 again are cache hits ...
+    assert gate.acquired == 10 and len(provider.calls) == 10  # ... that never asked the limiter
 
 
 # --- missing and rejected keys ------------------------------------------------------------------

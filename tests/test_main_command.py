@@ -2,7 +2,10 @@
 
 The README's command uses the default model (qwen2.5-coder-0.5b); here the smaller embedded
 model keeps the test fast. Everything else is the zero-argument default: the bundled demo,
-BM25, search-o1's default limits.
+BM25, search-o1's default limits. What it prints is parsed strictly and every figure checked
+against its source (tests/test_printed_figures.py): nDCG@10 against metrics.json and against
+pytrec_eval on the saved run.trec, the BM25 figure against a BM25 run of the same queries, the
+usage against the saved records, the leaderboard against metrics.json.
 """
 
 from __future__ import annotations
@@ -10,14 +13,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+from agents.run import main
+from tests.conftest import share_models
+from tests.test_printed_figures import check_report, parse_report, read_qrels
+
 REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "eval" / "demo"
+LIMIT = 3
 
 
-def test_search_o1_runs_offline_on_the_demo_and_prints_ndcg(tmp_path: Path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "R2MED_AGENTS_CACHE": str(tmp_path / "cache")}
-    args = ["--agent", "search-o1", "--model", "local/smollm2-135m", "--limit", "3"]
+def test_search_o1_runs_offline_on_the_demo_and_prints_ndcg(tmp_path: Path, capsys):
+    # a cache of its own, with the session's joined embedded models linked in, not joined again
+    cache = share_models(tmp_path / "cache")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "R2MED_AGENTS_CACHE": str(cache)}
+    args = ["--agent", "search-o1", "--model", "local/smollm2-135m", "--limit", str(LIMIT)]
+    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "agents.run", *args, "--runs-dir", str(tmp_path / "runs")],
         cwd=tmp_path,
@@ -26,11 +39,22 @@ def test_search_o1_runs_offline_on_the_demo_and_prints_ndcg(tmp_path: Path):
         text=True,
         timeout=900,
     )
+    elapsed = time.perf_counter() - started
     assert done.returncode == 0, done.stderr[-2000:]
-    out = done.stdout
-    assert "demo: NDCG@10 = " in out and "(BM25 without LLM: " in out
-    assert "LLM calls " in out and "tokens " in out and "wall time " in out
-    assert "run folder: " in out
     assert "demo [search-o1]" in done.stderr  # progress per query
-    run_dir = next((tmp_path / "runs").iterdir())
-    assert (run_dir / "demo" / "queries.jsonl").read_text().count("\n") == 3
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "demo" / "queries.jsonl").read_text().count("\n") == LIMIT
+
+    # the same queries by BM25 alone, in this process: the figure printed beside nDCG@10
+    assert main([
+        "--agent", "none", "--limit", str(LIMIT), "--runs-dir", str(tmp_path / "bm25"),
+        "--cache-dir", str(cache), "--quiet",
+    ]) == 0  # fmt: skip
+    bm25 = parse_report(capsys.readouterr().out)
+
+    report = parse_report(done.stdout)
+    baseline = {"demo": bm25.tasks["demo"].ndcg}
+    check_report(report, run_dir, {"demo": read_qrels(DEMO, LIMIT)}, [], baseline, elapsed)
+    figures = report.tasks["demo"]
+    assert figures.usage is not None and figures.usage[0] >= LIMIT  # a call per query at least
+    assert figures.usage[1] == 0  # a cache of its own: nothing was answered before

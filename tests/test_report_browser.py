@@ -5,8 +5,9 @@ trajectories with their relevant documents, a screenshot that is not blank, and 
 The runs are real: BM25 (`--agent none`) and tool-search with a scripted model, on two tasks
 made of the demo: `demo` itself (all 15 queries) and `demo-exam`, a copy holding only its
 board-exam queries q06-q10 under the same ids, so rows are told apart by task and query.
-Debian's chromium and chromedriver are used (see tests/browser.py); where they are missing
-and cannot be installed the module is skipped with the reason.
+Debian's chromium and chromedriver are used (see tests/browser.py), found on PATH or in
+/usr/bin; nothing is installed here (.ci/run installs them). Where either is missing the
+browser tests skip with the reason, and fail with it under CI=true (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
+import tests.browser
 from agents.llm import scripted
 from agents.llm.scripted import Reply
 from agents.run import main as run_main
@@ -104,10 +106,41 @@ def report(tmp_path_factory) -> dict[str, Any]:
     }
 
 
+def test_finding_chromium_installs_nothing_and_names_what_is_missing(tmp_path, monkeypatch):
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"tests/browser.py ran a command: {args}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.delenv("R2MED_CHROMIUM", raising=False)
+    monkeypatch.delenv("R2MED_CHROMEDRIVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(tests.browser, "FALLBACK_DIR", tmp_path / "usr-bin")
+    none = find_chromium()
+    assert not none.ok and (none.browser, none.driver) == (None, None)
+    assert none.reason.startswith("chromium and chromedriver not found on PATH or in ")
+    assert "apt-get install chromium chromium-driver" in none.reason
+    with pytest.raises(ValueError, match="installs nothing"):
+        find_chromium(install=True)
+
+    (tmp_path / "usr-bin").mkdir()  # Debian's place, off PATH: found there
+    for name in ("chromium", "chromedriver"):
+        (tmp_path / "usr-bin" / name).write_text("#!/bin/sh\n")
+        (tmp_path / "usr-bin" / name).chmod(0o755)
+    found = find_chromium()
+    assert found.ok and found.browser == str(tmp_path / "usr-bin" / "chromium")
+    monkeypatch.setenv("R2MED_CHROMEDRIVER", "no-such-driver")  # named, not found: said so
+    named = find_chromium()
+    assert not named.ok and named.reason.startswith("chromedriver not found")
+    assert "no-such-driver ($R2MED_CHROMEDRIVER) not found" in named.reason
+
+
 @pytest.fixture(scope="module")
 def driver():
     chromium = find_chromium()
-    if not chromium.ok:
+    if not chromium.ok:  # under CI=true this fails, naming what is missing (tests/conftest.py)
         pytest.skip(f"no headless browser for the report: {chromium.reason}")
     browser = start_chromium(chromium)
     yield browser

@@ -178,9 +178,15 @@ def test_dense_retriever_batches_requests_and_averages_expansions(tmp_path):
     assert vec == pytest.approx((q + e) / 2, abs=1e-6)
 
 
-def test_dense_on_a_scifact_subset_finds_the_relevant_abstracts(scifact_dir, tmp_path):
-    """Real data, kept small: the relevant docs of 40 queries plus distractors, 150 docs."""
-    task = load_folder(scifact_dir)
+# nDCG@10 the dense retriever must beat on each task's subset (measured: synthetic 0.53, where
+# BM25 gets 0.83, as its words are made up; SciFact 0.6+)
+DENSE_FLOOR = {"synthetic": 0.4, "scifact": 0.6}
+
+
+def test_dense_on_a_subset_finds_the_relevant_documents(task_dir, tmp_path):
+    """Kept small: the relevant docs of 40 queries plus distractors, 150 docs (on the
+    synthetic task, and on SciFact as an extra)."""
+    task = load_folder(task_dir)
     queries = [q for q in task.queries if q in task.qrels][:40]
     keep = {d for q in queries for d in task.qrels[q] if d in task.corpus}
     for doc_id in task.corpus:
@@ -188,12 +194,12 @@ def test_dense_on_a_scifact_subset_finds_the_relevant_abstracts(scifact_dir, tmp
             break
         keep.add(doc_id)
     subset = Task(
-        "scifact",
+        task.name,
         {d: task.corpus[d] for d in task.corpus if d in keep},
         {q: task.queries[q] for q in queries},
         {q: task.qrels[q] for q in queries},
-        scifact_dir,
+        task_dir,
     )
     dense = build_retriever(RetrieverConfig("dense"), subset, tmp_path, progress=False)
     run = dense.search_many({q: SearchRequest(t) for q, t in subset.queries.items()}, k=10)
-    assert evaluate(subset.qrels, run, k_values=[10]).mean["NDCG@10"] > 0.6
+    assert evaluate(subset.qrels, run, k_values=[10]).mean["NDCG@10"] > DENSE_FLOOR[task.name]

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import litellm
 import pytest
 
+from agents.config import from_settings, to_dict
 from agents.llm import scripted
 from agents.run import main
 from agents.secrets import public_url, redact
+from agents.sweep import main as sweep_main
+from agents.trace import main as trace_main
+from eval.compare import main as compare_main
+from eval.files import safe_name
+from eval.html_report import embed_json
 
 URL_PASSWORD = "hunter2-url-password"
 URL_TOKEN = "tok-0123456789abcdef"
@@ -240,3 +251,348 @@ def test_a_login_shell_run_masks_its_secrets_and_no_path(
     assert [p for p, t in texts.items() for n in shell if f"<{n}>" in t] == []
     assert [n for n in shell if f"<{n}>" in err] == []
     assert [p for p, t in texts.items() for v in SECRETS.values() if v in t] == []
+
+
+# --- every URL and key, exactly as each file, line and output shows it ---------------------
+# Each field that holds a URL or a key, checked by its exact masked text wherever a run, a
+# sweep, a dry run, agents.trace or eval.compare writes or prints it.
+
+OPENAI = SECRETS["OPENAI_API_KEY"]
+GATEWAY = SECRETS["GATEWAY_TOKEN"]  # holds OPENAI's value: masked whole, no tail left behind
+LLM_URL = f"http://bob:{URL_PASSWORD}@127.0.0.1:9/v1?api_key={URL_TOKEN}"
+LLM_MASKED = "http://bob:***@127.0.0.1:9/v1?api_key=***"
+REPLICAS = (
+    "http://ann:replica-one-pw@10.0.0.1:8000/v1?api_key=replica-key-1111,"
+    "http://bea:replica-two-pw@10.0.0.2:8001/v1?token=replica-key-2222&model=q"
+)
+REPLICAS_MASKED = (
+    "http://ann:***@10.0.0.1:8000/v1?api_key=***,http://bea:***@10.0.0.2:8001/v1?token=***&model=q"
+)
+STAGE_URL = "http://u:stage-pw-5678@host/v1?api_key=stage-key-5678"
+STAGE_MASKED = "http://u:***@host/v1?api_key=***"
+STAGE = f"llm-listwise,model=scripted/other,api_base={STAGE_URL}"
+EMBED_PASSWORD, EMBED_KEY = "embed-pw-24680", "embed-key-13579"
+PLAIN = {  # every secret above in the clear, and the tail a shortest-first masking leaves
+    URL_PASSWORD, URL_TOKEN, "replica-one-pw", "replica-key-1111", "replica-two-pw",
+    "replica-key-2222", "stage-pw-5678", "stage-key-5678", EMBED_PASSWORD, EMBED_KEY, OPENAI,
+    GATEWAY, GATEWAY.removeprefix(OPENAI),
+}  # fmt: skip
+
+
+def embed_url(port: int) -> str:
+    return f"http://eve:{EMBED_PASSWORD}@127.0.0.1:{port}/v1?api_key={EMBED_KEY}"
+
+
+def embed_masked(port: int) -> str:
+    return f"http://eve:***@127.0.0.1:{port}/v1?api_key=***"
+
+
+class _Embeddings(BaseHTTPRequestHandler):
+    """An OpenAI-compatible embedding server: a deterministic vector per text."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        # the OpenAI SDK appends "embeddings" to the base URL as it is, query and all:
+        # /v1/embeddings, or /v1/?api_key=...embeddings when the URL holds a key
+        if not self.path.endswith("embeddings"):
+            self.send_error(404)
+            return
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [
+            {"object": "embedding", "index": i,
+             "embedding": [b / 255 for b in hashlib.sha256(str(t).encode()).digest()[:16]]}
+            for i, t in enumerate(texts)
+        ]  # fmt: skip
+        reply = json.dumps({
+            "object": "list", "data": data, "model": body["model"],
+            "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
+        }).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def embed_port():
+    """The port of a local embedding server, bound (port 0: a free one) before it is used."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def env_secrets(monkeypatch):
+    for name in SECRETS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI)
+    monkeypatch.setenv("GATEWAY_TOKEN", GATEWAY)
+
+
+def plain_in_files(root: Path, skip: tuple[Path, ...] = ()) -> list[tuple[str, str]]:
+    """(file, secret) for each secret in the clear in a file's bytes or in its path."""
+    found = []
+    for path in root.rglob("*"):
+        if any(path == s or s in path.parents for s in skip):
+            continue
+        data = path.read_bytes() if path.is_file() else b""
+        found += [
+            (str(path), s)
+            for s in PLAIN
+            if s.encode() in data or s in str(path)
+        ]
+    return found
+
+
+def plain_in(text: str) -> list[str]:
+    return sorted(s for s in PLAIN if s in text)
+
+
+def test_to_dict_masks_every_url_and_key_exactly(env_secrets):
+    config = from_settings({
+        "agent": "hyde", "model": "scripted/test", "api_base": REPLICAS, "rerank": [STAGE],
+        "retriever": "api:openai/emb", "embed_api_base": embed_url(8001),
+        "embed_option": [f"user={GATEWAY}", "dimensions=16"],
+    })  # fmt: skip
+    data = to_dict(config)
+    assert data["llm"]["api_base"] == REPLICAS_MASKED
+    assert data["rerank"][0]["options"]["api_base"] == STAGE_MASKED
+    assert data["retriever"]["api"]["api_base"] == embed_masked(8001)
+    assert data["retriever"]["api"]["params"] == {"user": "<GATEWAY_TOKEN>", "dimensions": "16"}
+    assert plain_in(json.dumps(data)) == []
+    assert config.llm.api_base == REPLICAS  # the run itself calls the URLs as given
+    assert config.rerank[0].options["api_base"] == STAGE_URL
+    assert config.retriever.api.api_base == embed_url(8001)
+    single = to_dict(from_settings({"agent": "hyde", "model": "scripted/t", "api_base": LLM_URL}))
+    assert single["llm"]["api_base"] == LLM_MASKED
+
+
+def test_replicas_are_masked_part_by_part():
+    assert public_url(REPLICAS) == REPLICAS_MASKED
+    assert public_url(f"{LLM_URL},http://127.0.0.1:8002/v1") == (
+        f"{LLM_MASKED},http://127.0.0.1:8002/v1"
+    )
+
+
+def test_a_secret_holding_another_leaves_no_tail_anywhere(env_secrets):
+    text = f"a {GATEWAY} b {OPENAI} c http://x:{GATEWAY}@h/v1?token={OPENAI}"
+    assert redact(text) == "a <GATEWAY_TOKEN> b <OPENAI_API_KEY> c http://x:***@h/v1?token=***"
+    assert redact(f"[{GATEWAY}]", extra=(OPENAI, GATEWAY)) == "[<GATEWAY_TOKEN>]"
+    assert redact("[tok-a-longer] [tok-a]", extra=("tok-a", "tok-a-longer")) == "[***] [***]"
+
+
+def test_an_embedding_option_named_like_a_key_is_refused_unechoed(tmp_path, toy_dir, capsys):
+    argv = [
+        "--agent", "none", "--dataset", str(toy_dir), "--retriever", "api:openai/emb",
+        "--embed-option", f"api_key={EMBED_KEY}", "--runs-dir", str(tmp_path / "runs"),
+    ]  # fmt: skip
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err == (
+        "error: retriever.api.params: 'api_key' looks like a credential; keys come from the "
+        "environment, never from a config (it is written to config.json)\n"
+    )
+    assert out.out == "" and not (tmp_path / "runs").exists()
+
+
+def test_an_embedding_option_holding_a_key_reaches_no_cache_file(
+    tmp_path, toy_dir, embed_port, env_secrets
+):
+    argv = [
+        "--agent", "none", "--dataset", str(toy_dir), "--retriever", "api:openai/emb",
+        "--embed-api-base", embed_url(embed_port), "--embed-option", f"user={GATEWAY}",
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--quiet",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    (meta,) = (tmp_path / "cache" / "dense").glob("*/meta.json")
+    assert plain_in(meta.read_text()) == []
+
+
+def run_argv(toy_dir: Path, tmp_path: Path, port: int) -> list[str]:
+    """A run whose every URL field holds a password and a key: replicas, a rerank stage's
+    own server, the embedding server, and an environment secret as an embedding option."""
+    return [
+        "--agent", "hyde", "--dataset", str(toy_dir), "--model", "scripted/test",
+        "--api-base", REPLICAS, "--rerank", STAGE, "--retriever", "api:openai/emb",
+        "--embed-api-base", embed_url(port), "--embed-option", f"user={GATEWAY}",
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--quiet",
+    ]  # fmt: skip
+
+
+def test_a_run_writes_and_prints_every_url_and_key_masked(
+    tmp_path, toy_dir, embed_port, env_secrets, capsys, caplog
+):
+    caplog.set_level(logging.INFO)
+    scripted.install(lambda m, p: "Statins inhibit HMG-CoA reductase.")
+    argv = run_argv(toy_dir, tmp_path, embed_port)
+    # the run folder is named after the stage's server, masked: a path holds no password
+    name = safe_name(
+        f"hyde-api:openai/emb-test-toy-rerank=llm-listwise,model=other,api_base={STAGE_MASKED}"
+    )
+    run_dir = tmp_path / "runs" / name
+
+    assert main([*argv, "--dry-run"]) == 0
+    dry = capsys.readouterr()
+    assert dry.out.splitlines()[0] == f"dry run (no model called): {run_dir}"
+    assert plain_in(dry.out + dry.err) == [] and not run_dir.exists()
+
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert f"run folder: {run_dir}\n" in out.out
+    text = (run_dir / "config.json").read_text()
+    assert f'"api_base": "{REPLICAS_MASKED}"' in text
+    assert f'"api_base": "{STAGE_MASKED}"' in text
+    assert f'"api_base": "{embed_masked(embed_port)}"' in text
+    assert '"user": "<GATEWAY_TOKEN>"' in text
+    config = json.loads(text)
+    assert config["llm"]["api_base"] == REPLICAS_MASKED
+    assert config["rerank"][0]["options"]["api_base"] == STAGE_MASKED
+    assert config["retriever"]["api"] == {
+        "api_base": embed_masked(embed_port),
+        "batch_size": 64,
+        "params": {"user": "<GATEWAY_TOKEN>"},
+    }
+    assert main(argv) == 0  # the masked config.json still binds the same run: resumed
+    out2 = capsys.readouterr()
+    assert [r.getMessage() for r in caplog.records if r.name == "agents.pipeline"] == [
+        f"toy: already finished, reading {run_dir / 'toy' / 'metrics.json'}"
+    ]
+    assert trace_main([str(run_dir), "q1", "--no-qrels"]) == 0
+    traced = capsys.readouterr()
+    assert "\nstage rerank-1-llm-listwise: " in traced.out
+
+    compared = tmp_path / "compared"
+    assert compare_main([str(run_dir), "--out", str(compared), "--no-plots"]) == 0
+    shown = capsys.readouterr()
+    summary = json.loads((compared / "comparison.json").read_text())
+    assert list(summary["runs"].values()) == [str(run_dir)]
+    assert f"| {run_dir} |" in (compared / "report.md").read_text()
+    assert embed_json(str(run_dir))[1:-1] in (compared / "report.html").read_text()
+
+    printed = [out, out2, traced, shown]
+    assert plain_in("".join(o.out + o.err for o in printed)) == []
+    assert [r.getMessage() for r in caplog.records if plain_in(r.getMessage())] == []
+    assert plain_in_files(tmp_path, skip=(toy_dir,)) == []
+
+
+def test_an_error_quoting_urls_and_keys_is_recorded_and_shown_masked(
+    tmp_path, toy_dir, env_secrets, capsys, caplog
+):
+    caplog.set_level(logging.INFO)
+    quoted = f"POST {LLM_URL} refused {GATEWAY}; embeddings at {embed_url(8001)}, key {OPENAI}"
+
+    def respond(messages, params):
+        if "aspirin" in messages[-1]["content"]:  # not retried: fails the query at once
+            return litellm.BadRequestError(message=quoted, model="test", llm_provider="scripted")
+        return "Statins inhibit HMG-CoA reductase."
+
+    scripted.install(respond)
+    run_dir = tmp_path / "runs" / "r"
+    argv = [
+        "--agent", "hyde", "--dataset", str(toy_dir), "--model", "scripted/test",
+        "--api-base", LLM_URL, "--runs-dir", str(run_dir.parent),
+        "--cache-dir", str(tmp_path / "cache"), "--run-name", "r", "--quiet",
+    ]  # fmt: skip
+    assert main(argv) == 1
+    masked = (
+        f"BadRequestError: litellm.BadRequestError: POST {LLM_MASKED} refused <GATEWAY_TOKEN>; "
+        f"embeddings at {embed_masked(8001)}, key <OPENAI_API_KEY>"
+    )
+    records = [json.loads(line) for line in (run_dir / "toy" / "queries.jsonl").open()]
+    assert {r["query_id"]: r["error"] for r in records} == {"q1": None, "q2": masked, "q3": None}
+    assert json.loads((run_dir / "config.json").read_text())["llm"]["api_base"] == LLM_MASKED
+    out = capsys.readouterr()
+    assert f"toy [hyde]: query q2 failed: {masked}\n" in out.err
+
+    assert trace_main([str(run_dir), "q2", "--no-qrels"]) == 0
+    traced = capsys.readouterr()
+    assert f"\nFAILED: {masked}\n" in traced.out
+
+    compared = tmp_path / "compared"
+    assert compare_main([str(run_dir), "--out", str(compared), "--no-plots"]) == 0
+    shown = capsys.readouterr()
+    assert embed_json(masked)[1:-1] in (compared / "report.html").read_text()
+
+    printed = out.out + out.err + traced.out + traced.err + shown.out + shown.err
+    assert plain_in(printed) == []
+    assert [r.getMessage() for r in caplog.records if plain_in(r.getMessage())] == []
+    assert plain_in_files(tmp_path, skip=(toy_dir,)) == []
+
+
+def test_a_sweep_writes_every_url_and_key_masked(
+    tmp_path, toy_dir, embed_port, env_secrets, capsys, caplog
+):
+    caplog.set_level(logging.INFO)
+    scripted.install(lambda m, p: "Statins inhibit HMG-CoA reductase.")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(
+        f"""
+output = "out"
+cache_dir = "cache"
+agents = ["hyde"]
+models = ["scripted/test"]
+retrievers = ["api:openai/emb"]
+datasets = ["{toy_dir}"]
+reranks = [[], ["{STAGE}"]]
+
+[options]
+quiet = true
+api_base = "{REPLICAS}"
+embed_api_base = "{embed_url(embed_port)}"
+embed_option = {{ user = "{GATEWAY}" }}
+"""
+    )
+    assert sweep_main([str(sweep)]) == 0
+    printed = capsys.readouterr()
+    names = [
+        "hyde-api_openai_emb-test-base-toy",
+        safe_name(
+            "hyde-api:openai/emb-test-base-toy-rerank=llm-listwise,model=other,"
+            f"api_base={STAGE_MASKED}"
+        ),
+    ]
+    assert [line for line in printed.out.splitlines() if line.startswith("[")] == [
+        f"[1/2] {names[0]}",
+        f"[2/2] {names[1]}",
+    ]
+    out = tmp_path / "out"
+    cells_json = (out / "cells.json").read_text()
+    assert cells_json.count(f'"api_base": "{REPLICAS_MASKED}"') == 2
+    assert cells_json.count(f'"api_base": "{embed_masked(embed_port)}"') == 2
+    assert cells_json.count(f'"api_base": "{STAGE_MASKED}"') == 1
+    cells = json.loads(cells_json)
+    assert [c["name"] for c in cells] == names
+    for cell in cells:
+        cell_config = json.loads((out / "runs" / cell["name"] / "config.json").read_text())
+        for config in (cell["config"], cell_config):
+            assert config["llm"]["api_base"] == REPLICAS_MASKED
+            assert config["retriever"]["api"]["api_base"] == embed_masked(embed_port)
+            assert config["retriever"]["api"]["params"] == {"user": "<GATEWAY_TOKEN>"}
+            assert [s["options"]["api_base"] for s in config["rerank"]] == (
+                [STAGE_MASKED] if config["rerank"] else []
+            )
+
+    comparison = out / "comparison"
+    summary = json.loads((comparison / "comparison.json").read_text())
+    assert sorted(summary["runs"].values()) == [str(out / "runs" / n) for n in names]
+    report = (comparison / "report.md").read_text()
+    assert all(f"| {out / 'runs' / n} |" in report for n in names)
+    html = (comparison / "report.html").read_text()
+    assert all(embed_json(str(out / "runs" / n))[1:-1] in html for n in names)
+
+    assert sweep_main([str(sweep)]) == 0  # resumed: each cell read back from its folder
+    again = capsys.readouterr()
+    assert [r.getMessage() for r in caplog.records if r.name == "agents.pipeline"] == [
+        f"toy: already finished, reading {out / 'runs' / n / 'toy' / 'metrics.json'}" for n in names
+    ]
+    assert plain_in(printed.out + printed.err + again.out + again.err) == []
+    assert [r.getMessage() for r in caplog.records if plain_in(r.getMessage())] == []
+    assert plain_in_files(tmp_path, skip=(toy_dir, sweep)) == []

@@ -78,10 +78,9 @@ def silent_server():
 def test_a_server_that_never_answers_ends_the_run_in_one_line(toy_dir, tmp_path, silent_server,
                                                                capsys):  # fmt: skip
     url, connections = silent_server
-    started = time.monotonic()
     code = run(toy_dir, tmp_path, "--model", "openai/m", "--api-base", url, "--timeout", "0.5",
                "--concurrency", "1")  # fmt: skip
-    assert code == 2 and time.monotonic() - started < 60
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == (
         f"error: openai/m at {url}: no answer within 0.5 s in 6 attempts; is the server up and "

@@ -163,7 +163,7 @@ def model_file(name: str, cache_dir: Path | None = None) -> Path:
     return _joined_file(short, model, paths, models_dir)
 
 
-def _stamp_path(target: Path) -> Path:
+def stamp_path(target: Path) -> Path:
     return target.with_name(target.name + ".stamp.json")
 
 
@@ -181,7 +181,7 @@ def _joined_file(short: str, model: LocalModel, paths: list[Path], models_dir: P
     """
     assert model.sha256 is not None, f"{short}: a joined model needs a sha256"
     target = models_dir / model.filename
-    stamp = _stamp_path(target)
+    stamp = stamp_path(target)
     expected_size = sum(path.stat().st_size for path in paths)
     try:
         recorded = json.loads(stamp.read_text())
