@@ -29,6 +29,7 @@ from agents.llm.sampling import PRESETS
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.llm.serving import ROUTINGS, SERVERS, load_template
 from agents.llm.text import REASONING_SETTINGS
+from agents.naming import run_folder_name
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url, redact
 from eval.argtypes import (
@@ -43,8 +44,6 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
-from eval.files import safe_name
-from eval.runs import run_folder_name, stage_labels
 from retrievers.config import (
     BM25_METHODS,
     ApiEmbedConfig,
@@ -303,16 +302,9 @@ def _typed_like(default: Any, value: Any, where: str) -> Any:
 
 
 def default_run_name(config: RunConfig, variant: str | None = None) -> str:
-    """The run folder's name when none is given: the settings that tell runs apart.
-
-    A rerank of a finished run is named after it: ``<source>-reranked-<its stages>``.
-    """
-    stage_defaults = {kind: spec.defaults for kind, spec in STAGES.items()}
-    data = to_dict(config)
-    if config.source_run:
-        labels = stage_labels(data, stage_defaults)
-        return safe_name(f"{Path(config.source_run).name}-reranked-{'-'.join(labels)}")
-    return run_folder_name(data, AGENTS[config.agent].defaults, variant, stage_defaults)
+    """The run folder's name when none is given: the settings that tell runs apart
+    (`agents.naming.run_folder_name`; a rerank of a finished run is named after it)."""
+    return run_folder_name(config, variant)
 
 
 # --- serialising ---------------------------------------------------------------------------

@@ -33,7 +33,6 @@ from typing import Any
 
 from eval import runs
 from eval.datasets import R2MED_REVISIONS, DataError, r2med_task_name, read_id_texts
-from eval.runs import generations_label
 
 R2MED_PREFIX = "r2med:"
 # the methods R2MED released generations for (its results/gar/<method> rows)
@@ -54,7 +53,15 @@ class SourceSpec:
 
     @property
     def label(self) -> str:
-        return generations_label(self.text)
+        """How runs name the source: ``r2med:o3-mini``, ``r2med:o3-mini@<folder name>``,
+        ``file:<file stem>`` or ``run:<run folder name>``."""
+        if self.kind in ("r2med", "r2med-folder"):
+            folder = self.path.name if self.path is not None else ""
+            return f"{R2MED_PREFIX}{self.llm}" + (f"@{folder}" if folder else "")
+        assert self.path is not None
+        if self.kind == "file":
+            return f"file:{self.path.stem}"
+        return f"run:{self.path.resolve().name or self.path}"
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,15 @@ class AgentSpec:
     # how its texts are read when the model's family does not say (agents.llm.text.PARSERS):
     # None for the model's family; Search-R1's protocol answers in <answer> whatever the model
     parser: str | None = None
+    # how a worst-case model answers its calls in a dry run ("module:function", given an
+    # agents.llm.dry.WorstCase, returning a Reply); None: every reply is the longest filler
+    worst_case: str | Callable[..., Any] | None = None
 
     def build_graph(self, ctx: Any) -> Any:
         return _resolve(self.builder)(*self.bound, ctx)
+
+    def worst_case_hook(self) -> Callable[..., Any] | None:
+        return None if self.worst_case is None else _resolve(self.worst_case)
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,10 @@ class StageSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     check_options: Callable[[dict[str, Any]], None] | None = None
     llm_nodes: tuple[str, ...] = ()  # the nodes its calls are made under (agents.llm.sampling)
+    worst_case: str | Callable[..., Any] | None = None  # as AgentSpec's
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.builder)(ctx)
+
+    def worst_case_hook(self) -> Callable[..., Any] | None:
+        return None if self.worst_case is None else _resolve(self.worst_case)

@@ -7,7 +7,8 @@ a `RunConfig`, run in-process by `agents.pipeline.run` in `<output>/runs/<cell>`
 the same cache folder, so indexes and LLM answers are shared. Running the sweep again
 resumes it: finished tasks are read back and only what is missing is answered. At the end
 the cells of each dataset are compared (`eval.compare`) into `<output>/comparison` (one
-sub-folder per dataset when there are several).
+sub-folder per dataset when there are several). Each cell prints what `agents.run` prints per
+task (agents.cli), with R2MED's figure when the cell reproduces a published row.
 
 Cells that would run the same configuration are run once: agents without an LLM ignore the
 model and prompt axes (unless a rerank stage calls a model), and a prompt variant that
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents import interrupt
+from agents.cli import command, paper_average, paper_for, refused, setup_logging, task_printer
 from agents.config import (
     DEFAULT_MODEL,
     SETTINGS,
@@ -47,10 +48,9 @@ from agents.config import (
     takes_wide,
     to_dict,
 )
-from agents.llm.errors import LLMRunError
 from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
-from eval.files import FolderError, describe_os_error, safe_name, writable_folder, write_json
+from eval.files import safe_name, writable_folder, write_json
 from eval.runs import CONFIG_FILE
 from prompts import prompt_family
 
@@ -443,20 +443,18 @@ def run_sweep(sweep: Sweep) -> int:
 
 
 def _run_cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
-    """One cell, as `agents.run` would exit on it: 0 done, 1 some queries failed, 2 refused."""
-    from agents.pipeline import run
-    from agents.run import report
+    """One cell, as `agents.run` would exit on it: 0 done, 1 some queries failed, 2 refused;
+    a refusal is this cell's only (the next one runs), a Ctrl-C stops the sweep."""
+    return refused(lambda: _cell(cell, overwrite, quiet), prefix=f"{cell.name}: ")
 
-    try:
-        result = run(
-            cell.config, overwrite=overwrite, progress=not quiet, on_task=lambda t: print(report(t))
-        )
-    except (ValueError, LLMRunError) as e:  # this cell only
-        print(f"error: {cell.name}: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
-        return 2
+
+def _cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
+    from agents.pipeline import run
+
+    paper = paper_for(cell.config)
+    result = run(cell.config, overwrite=overwrite, progress=not quiet, on_task=task_printer(paper))
+    if (average := paper_average(result, paper)) is not None:
+        print(average)
     return 1 if result.failed else 0
 
 
@@ -467,15 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("config", type=Path, help="the sweep's TOML file (see docs/sweep-example.toml)")
     args = p.parse_args(argv)
-    interrupt.install()
-    try:
-        sweep = load_sweep(args.config)
-        return run_sweep(sweep)
-    except (SweepError, FolderError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return interrupt.interrupted()
+    setup_logging()
+    return command(lambda: run_sweep(load_sweep(args.config)))
 
 
 if __name__ == "__main__":

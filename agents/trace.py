@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agents.cli import command
 from eval.argtypes import positive_int
 from eval.runs import QrelsError, read_records, records_path, run_qrels, stage_chain, task_dirs
 
@@ -168,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", type=Path, default=None, help="as agents.run's (for qrels)")
     p.add_argument("--no-qrels", action="store_true", help="do not mark relevant documents")
     args = p.parse_args(argv)
-    try:
-        task, record = find_record(args.run_dir, args.query_id, args.task)
-        stages = stage_records(args.run_dir / task, args.query_id)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return command(lambda: _trace(args), resumable=False)
+
+
+def _trace(args: argparse.Namespace) -> int:
+    task, record = find_record(args.run_dir, args.query_id, args.task)
+    stages = stage_records(args.run_dir / task, args.query_id)
     grades = None
     if not args.no_qrels:
         try:

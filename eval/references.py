@@ -39,6 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from eval.cli import command
 from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.metrics import FAMILIES, parse_metric, parse_metrics
 
@@ -410,40 +411,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        if args.command == "build":
-            from eval.files import write_text
+    return command(lambda: _main(args))
 
-            if not _COMMIT.fullmatch(args.commit):
-                raise ValueError(f"--commit {args.commit!r}: expected 7 to 40 hex digits")
-            if not args.results_dir.is_dir():
-                raise ValueError(f"RESULTS_DIR {args.results_dir}: not a folder")
-            text = table_text(build_table(args.results_dir, args.commit))
-            if args.out is None:
-                sys.stdout.write(text)
-            else:
-                write_text(args.out, text)
-                print(f"written to {args.out}")
-        elif args.command == "list":
-            try:
-                parse_metric(args.metric)
-            except ValueError as e:
-                raise ValueError(f"--metric: {e}") from None
-            rows = load_references(args.table)
-            methods = list(dict.fromkeys(r.method for r in rows.values()))
-            if args.method is not None and args.method not in methods:
-                raise ValueError(f"--method {args.method!r}: known: {', '.join(methods)}")
-            sys.stdout.write(list_text(rows, args.method, args.metric))
+
+def _main(args: argparse.Namespace) -> int:
+    if args.command == "build":
+        from eval.files import write_text
+
+        if not _COMMIT.fullmatch(args.commit):
+            raise ValueError(f"--commit {args.commit!r}: expected 7 to 40 hex digits")
+        if not args.results_dir.is_dir():
+            raise ValueError(f"RESULTS_DIR {args.results_dir}: not a folder")
+        text = table_text(build_table(args.results_dir, args.commit))
+        if args.out is None:
+            sys.stdout.write(text)
         else:
-            try:
-                metrics = parse_metrics(args.metrics)
-            except ValueError as e:
-                raise ValueError(f"--metrics: {e}") from None
-            spec = args.row if ":" in args.row else f"{DEFAULT_TABLE}:{args.row}"
-            sys.stdout.write(show_text(reference(spec), metrics))
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+            write_text(args.out, text)
+            print(f"written to {args.out}")
+    elif args.command == "list":
+        try:
+            parse_metric(args.metric)
+        except ValueError as e:
+            raise ValueError(f"--metric: {e}") from None
+        rows = load_references(args.table)
+        methods = list(dict.fromkeys(r.method for r in rows.values()))
+        if args.method is not None and args.method not in methods:
+            raise ValueError(f"--method {args.method!r}: known: {', '.join(methods)}")
+        sys.stdout.write(list_text(rows, args.method, args.metric))
+    else:
+        try:
+            metrics = parse_metrics(args.metrics)
+        except ValueError as e:
+            raise ValueError(f"--metrics: {e}") from None
+        spec = args.row if ":" in args.row else f"{DEFAULT_TABLE}:{args.row}"
+        sys.stdout.write(show_text(reference(spec), metrics))
     return 0
 
 

@@ -4,6 +4,7 @@
 
     <run>/config.json                the configuration the folder is bound to
     <run>/metrics.json               {task folder: that task's summary}, in run order
+    <run>/run.json                   how the run is shown beside others (see below)
     <run>/leaderboard.md             R2MED's task order, x100
     <run>/<task>/task.json           the data the task was run on (name, path, fingerprint)
     <run>/<task>/queries.jsonl       one record per answered query, appended as it finishes
@@ -19,6 +20,14 @@ A task whose ranking went through later stages says so in its metrics.json:
 and its ``"metrics"`` are the final stage's. Readers find the files to score through
 `final_stage_dir`, so a table shows the ranking the run ended with.
 
+``run.json`` is written with ``metrics.json`` when a run ends: ``{"label": "hyde bm25q
+qwen2.5-coder-0.5b p:3fa2c1e", "llm_free": false}``. The run's writer makes the label from
+its typed config, so that a table of runs (`eval.compare`) shows it without reading a
+config's shape; ``llm_free`` says that no LLM had a part in the ranking (none was called and
+no generation replayed), which makes the run a candidate for the charts' no-LLM baseline. A
+folder without it (written before run.json existed, or a run that has not ended) is shown
+by its folder's name, and counts as LLM-free when its records show no LLM call.
+
 The runner, `eval.compare`, `agents.trace` and `agents.sweep` all read and write through
 here (every write atomic and durable, see `eval.files`), which is why it sits below
 `agents` and imports nothing heavy; `RunQrels` finds the judgements of a run's tasks.
@@ -26,7 +35,6 @@ here (every write atomic and durable, see `eval.files`), which is why it sits be
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -40,6 +48,7 @@ log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.json"
 RUN_METRICS_FILE = "metrics.json"
+RUN_INFO_FILE = "run.json"
 LEADERBOARD_FILE = "leaderboard.md"
 LOCK_FILE = ".lock"
 TASK_FILE = "task.json"
@@ -177,8 +186,25 @@ def read_run_summary(run_dir: Path) -> dict[str, Any] | None:
     return _read_derived(Path(run_dir) / RUN_METRICS_FILE)
 
 
-def write_run_summary(run_dir: Path, by_task: Mapping[str, Mapping[str, Any]]) -> None:
+def write_run_summary(
+    run_dir: Path,
+    by_task: Mapping[str, Mapping[str, Any]],
+    label: str | None = None,
+    llm_free: bool | None = None,
+) -> None:
+    """Write the run's ``metrics.json`` and, given a ``label``, its ``run.json``."""
+    if label is not None:
+        info: dict[str, Any] = {"label": label}
+        if llm_free is not None:
+            info["llm_free"] = llm_free
+        write_json(Path(run_dir) / RUN_INFO_FILE, info)
     write_json(Path(run_dir) / RUN_METRICS_FILE, dict(by_task))
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``run.json`` (``label``, ``llm_free``); None when absent or damaged (it is
+    made from config.json, which stays)."""
+    return _read_derived(Path(run_dir) / RUN_INFO_FILE, "config.json")
 
 
 def write_leaderboard(run_dir: Path, markdown: str) -> None:
@@ -350,8 +376,9 @@ class RunQrels:
     each run's config.json names (or ``spec`` for every run), loaded on first use and kept:
     loading means reading whole datasets, corpus included, so it is done once per dataset.
 
-    `eval.compare` scores with these and `eval.html_report` marks documents relevant with
-    them, so that a mark and a score always come from the same judgements.
+    `eval.compare` scores with these and its report.html (`eval.compare.html`) marks
+    documents relevant with them, so that a mark and a score always come from the same
+    judgements.
     """
 
     def __init__(self, spec: str | None = None, cache_dir: Path | None = None) -> None:
@@ -416,150 +443,11 @@ def _read_object(path: Path) -> dict[str, Any]:
     return value
 
 
-def _read_derived(path: Path) -> dict[str, Any] | None:
+def _read_derived(path: Path, source: str = "the saved records") -> dict[str, Any] | None:
     try:
         return _read_object(path)
     except FileNotFoundError:
         return None
     except ValueError as e:
-        log.warning("%s; ignoring it (it is derived from the saved records)", e)
+        log.warning("%s; ignoring it (it is derived from %s)", e, source)
         return None
-
-
-# ---- run names ------------------------------------------------------------------------------
-# Both names are built from a serialised config (config.json), so that a folder can be named
-# before a run and labelled after it by the same rule. Two shapes are read: the flat one
-# ("retriever": "bm25", "bm25_method", "model", "ties", "pad") and the nested one
-# ("retriever": {"spec", "bm25": {"method"}}, "llm": {"model"}, "eval": {"ties", "pad"}).
-
-
-def prompt_version(prompts: Mapping[str, str]) -> str:
-    """A short hash naming the exact prompt texts of a run ("-" when it uses none)."""
-    if not prompts:
-        return "-"
-    return hashlib.sha256(json.dumps(dict(prompts), sort_keys=True).encode()).hexdigest()[:7]
-
-
-def run_label(config: Mapping[str, Any]) -> str:
-    """agent, retriever, model and prompt version, e.g. "hyde bm25q qwen2.5-coder-0.5b p:3fa2c1e";
-    a run replaying released generations names its source instead: "hyde bm25q r2med:o3-mini".
-
-    Runs without an LLM have no model or prompt part ("none lucene"); each rerank stage adds
-    "rerank:<kind>". Used where runs are shown side by side (`eval.compare`);
-    `run_folder_name` names their folders.
-    """
-    parts = _name_parts(config)
-    prompts = config.get("prompts")
-    if prompts:
-        parts.append(f"p:{prompt_version(prompts)}")
-    parts += [f"rerank:{kind}" for kind in _stage_kinds(config)]
-    return " ".join(parts)
-
-
-def run_folder_name(
-    config: Mapping[str, Any],
-    defaults: Mapping[str, Any],
-    variant: str | None = None,
-    stage_defaults: Mapping[str, Mapping[str, Any]] | None = None,
-) -> str:
-    """The default run folder name: the settings that tell runs apart, as one safe name.
-
-    agent, retriever, model, ``variant`` (a sweep's name for its prompt set), dataset, then
-    the settings that change the output: limit, padding, tie order, every agent option that
-    differs from ``defaults`` (the agent's own) and each rerank stage with the options that
-    differ from its kind's ``stage_defaults`` (a stage's model only when it is not the run's),
-    so that e.g. the three final-ranking modes of one agent, or two rerank depths, sit side by
-    side instead of refusing each other's folder.
-    """
-    parts = _name_parts(config)
-    if variant:
-        parts.append(variant)
-    dataset = str(config.get("dataset", "?"))
-    parts.append(Path(dataset).name or dataset)
-    if config.get("limit"):
-        parts.append(f"limit{config['limit']}")
-    if _setting(config, "pad", "eval.pad"):
-        parts.append("pad")
-    ties = _setting(config, "ties", "eval.ties") or "trec"
-    if ties != "trec":
-        parts.append(f"ties={ties}")
-    options = config.get("options") or {}
-    parts += [f"{k}={v}" for k, v in options.items() if v != defaults.get(k)]
-    parts += [f"rerank={label}" for label in stage_labels(config, stage_defaults or {})]
-    return safe_name("-".join(parts))
-
-
-def _name_parts(config: Mapping[str, Any]) -> list[str]:
-    """agent, retriever (BM25 by its method, which is what tells BM25 runs apart), model, and
-    the generation source of a replayed run (``--generations``), which stands for the model."""
-    parts = [str(config.get("agent", "?")), _retriever_name(config)]
-    model = _setting(config, "model", "llm.model")
-    if model:
-        parts.append(str(model).split("/")[-1])
-    if config.get("generations"):
-        parts.append(generations_label(str(config["generations"])))
-    return parts
-
-
-def generations_label(spec: str) -> str:
-    """How runs name a generation source: ``r2med:o3-mini``, ``r2med:o3-mini@<folder name>``,
-    ``file:<file stem>`` or ``run:<run folder name>`` (see `agents.generations`)."""
-    spec = spec.strip()
-    if spec.lower().startswith("r2med:"):
-        llm, at, folder = spec[len("r2med:") :].partition("@")
-        name = Path(folder.strip()).expanduser().name if at else ""
-        return f"r2med:{llm.strip()}" + (f"@{name}" if name else "")
-    path = Path(spec).expanduser()
-    if path.suffix == ".jsonl":
-        return f"file:{path.stem}"
-    return f"run:{path.resolve().name or path}"
-
-
-def _retriever_name(config: Mapping[str, Any]) -> str:
-    retriever = config.get("retriever", "?")
-    if isinstance(retriever, Mapping):
-        spec = retriever.get("spec", "?")
-        method = _setting(retriever, "bm25.method")
-    else:
-        spec, method = retriever, config.get("bm25_method")
-    return str(method) if spec == "bm25" and method else str(spec)
-
-
-def _stage_kinds(config: Mapping[str, Any]) -> list[str]:
-    stages = config.get("rerank") or ()
-    return [str(s.get("kind", "?")) if isinstance(s, Mapping) else str(s) for s in stages]
-
-
-def stage_labels(
-    config: Mapping[str, Any], stage_defaults: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Each stage as ``kind`` plus its non-default options: ``llm-listwise,depth=20``."""
-    run_model = _setting(config, "model", "llm.model")
-    labels = []
-    for stage in config.get("rerank") or ():
-        if not isinstance(stage, Mapping):
-            labels.append(str(stage))
-            continue
-        kind = str(stage.get("kind", "?"))
-        defaults = stage_defaults.get(kind)
-        options = stage.get("options") or {}
-        changed = [] if defaults is None else [
-            f"{k}={str(v).split('/')[-1] if k == 'model' else v}"
-            for k, v in options.items()
-            if v != defaults.get(k) and not (k == "model" and v == run_model)
-        ]  # fmt: skip
-        labels.append(",".join([kind, *changed]))
-    return labels
-
-
-def _setting(config: Mapping[str, Any], *paths: str) -> Any:
-    """The value at the first of the dotted ``paths`` that ``config`` has, else None."""
-    for path in paths:
-        value: Any = config
-        for key in path.split("."):
-            if not isinstance(value, Mapping) or key not in value:
-                break
-            value = value[key]
-        else:
-            return value
-    return None

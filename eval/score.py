@@ -22,10 +22,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from eval.cli import command
 from eval.datasets import DataError, load_folder, read_qrels
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
 from eval.metrics import k_values_of, parse_metrics
-from eval.trec import TrecFormatError, read_run
+from eval.trec import read_run
 
 DEFAULT_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
 
@@ -60,20 +61,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="order of tied scores: trec_eval's, doc id descending (default), or doc id ascending",
     )
     args = parser.parse_args(argv)
+    return command(lambda: _score(args))
+
+
+def _score(args: argparse.Namespace) -> int:
     try:
         metrics = parse_metrics(args.metrics)
     except ValueError as e:
-        print(f"error: --metrics: {e}", file=sys.stderr)
-        return 2
+        raise ValueError(f"--metrics: {e}") from None
     k_values = k_values_of(metrics)
-
-    try:
-        qrels, notes = _qrels(args.qrels)
-        runs = {path: _run(path) for path in args.runs}
-    except (OSError, DataError, TrecFormatError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-
+    qrels, notes = _qrels(args.qrels)  # every input read before anything is printed
+    runs = {path: _run(path) for path in args.runs}
     rows = []
     for path, run in runs.items():
         result = evaluate(qrels, run, k_values=k_values, missing=args.missing, ties=args.ties)
@@ -114,8 +112,4 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # every file it writes is written whole or not at all
-        print("interrupted: nothing was written half", file=sys.stderr)
-        sys.exit(130)
+    sys.exit(main())

@@ -19,7 +19,7 @@ from scipy import stats
 
 from agents.run import main as run_main
 from eval.compare import CompareError, compare_runs, load_run
-from eval.compare import main as compare_main
+from eval.compare.__main__ import main as compare_main
 from eval.datasets import load_tasks
 from eval.evaluate import evaluate
 from eval.report import write_per_query

@@ -9,17 +9,9 @@ import shutil
 import pytest
 
 from agents.config import from_settings
-from agents.estimate import (
-    BOUND,
-    MEASURED,
-    UNPRICED,
-    estimate,
-    format_estimate,
-    local_model_path,
-    search_o1_calls,
-    usd,
-)
+from agents.dry_run import MEASURED, WORST_CASE, estimate, format_estimate, usd
 from agents.llm import scripted
+from agents.llm.local import readable_model_file
 from agents.rerank.listwise import windows
 from agents.run import main
 from eval.runs import read_records
@@ -31,6 +23,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402
 
 PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
+BOUND = WORST_CASE
+UNPRICED = "unknown: not in litellm's price map"
+
+
+def stages(est):
+    """The estimate's stages, task by task, in order."""
+    return [stage for _, stage in est.stages]
 
 
 @pytest.fixture
@@ -86,7 +85,7 @@ def test_a_dry_run_of_two_tasks_estimates_each_and_calls_no_model(
     assert [r[0] for r in found] == ["toy", "toy2"]
     expected = sum(count("scripted/x", hyde_messages(q)) for q in QUERIES.values()) / 3
     for _, _, queries, calls, prompt, completion, *source in found:
-        assert (queries, calls, " ".join(source)) == ("3", "1", "upper bound")
+        assert (queries, calls, " ".join(source)) == ("3", "1", "worst case")
         assert int(prompt) == round(expected)
         assert completion == "512"  # --max-tokens' default
     assert "total: 6 LLM calls" in out
@@ -104,7 +103,7 @@ def test_the_bound_counts_the_prompts_the_run_then_sends(tmp_path, toy_dir):
     for agent in ("hyde", "query2doc"):
         sent.clear()
         bound = (
-            estimate(config_of(tmp_path, toy_dir, agent=agent, run_name=agent)).tasks[0].stages[0]
+            stages(estimate(config_of(tmp_path, toy_dir, agent=agent, run_name=agent)))[0]
         )
         assert bound.source == BOUND
         assert main(flags(tmp_path, "--agent", agent, "--model", "scripted/x",
@@ -120,7 +119,7 @@ def test_after_a_run_the_figures_are_measured_from_its_records(tmp_path, toy_dir
     calls = provider.calls
     config = config_of(tmp_path, toy_dir, agent="hyde")
     est = estimate(config)
-    (stage,) = est.tasks[0].stages
+    (stage,) = stages(est)
     records = read_records(est.run_dir / "toy" / "queries.jsonl")
     usages = [Usage.from_dict(r["usage"]) for r in records.values()]
     assert est.state == "measured" and stage.source == MEASURED
@@ -138,7 +137,7 @@ def test_after_a_run_the_figures_are_measured_from_its_records(tmp_path, toy_dir
     path = est.run_dir / "toy" / "queries.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:2]))
-    (stage,) = estimate(config).tasks[0].stages
+    (stage,) = stages(estimate(config))
     assert (stage.source, stage.measured_queries, stage.queries) == (MEASURED, 2, 3)
     assert stage.notes == ["mean of the 2 of 3 queries answered so far"]
 
@@ -150,7 +149,7 @@ def test_cached_calls_count_as_the_calls_they_stand_for(tmp_path, toy_dir, provi
     records = read_records(tmp_path / "runs" / "again" / "toy" / "queries.jsonl")
     assert all(r["usage"]["cached_calls"] == 1 for r in records.values())
     (stage,) = (
-        estimate(config_of(tmp_path, toy_dir, agent="hyde", run_name="again")).tasks[0].stages
+        stages(estimate(config_of(tmp_path, toy_dir, agent="hyde", run_name="again")))
     )
     assert stage.source == MEASURED and stage.calls == 1
     assert stage.prompt_tokens > 0
@@ -162,14 +161,14 @@ def test_a_folder_of_another_configuration_is_not_measured(tmp_path, toy_dir, pr
     assert main(base) == 0
     est = estimate(config_of(tmp_path, toy_dir, agent="hyde", max_tokens=64, run_name="r"))
     assert est.state == "other"
-    assert est.tasks[0].stages[0].source == BOUND
-    assert est.tasks[0].stages[0].completion_tokens == 64
+    assert stages(est)[0].source == BOUND
+    assert stages(est)[0].completion_tokens == 64
 
 
 def test_rerank_stages_make_one_call_per_window_or_per_passage(tmp_path, toy_dir, provider):
     def stage(spec: str):
         agent, rerank = (
-            estimate(config_of(tmp_path, toy_dir, agent="none", rerank=[spec])).tasks[0].stages
+            stages(estimate(config_of(tmp_path, toy_dir, agent="none", rerank=[spec])))
         )
         assert agent.model is None and agent.calls == 0
         return rerank
@@ -197,7 +196,7 @@ def test_a_stage_bound_takes_the_list_lengths_the_agent_recorded(tmp_path, toy_d
     config = config_of(tmp_path, toy_dir, agent="none", rerank=[spec])
     est = estimate(config)
     stage_dir = est.run_dir / "toy" / "rerank-1-llm-pointwise"
-    measured = est.tasks[0].stages[1]
+    measured = stages(est)[1]
     assert measured.source == MEASURED
     lengths = [len(r["ranking"]) for r in read_records(est.run_dir / "toy" / "queries.jsonl")
                .values()]  # fmt: skip
@@ -205,16 +204,28 @@ def test_a_stage_bound_takes_the_list_lengths_the_agent_recorded(tmp_path, toy_d
     expected = sum(min(3, n) for n in lengths) / 3
     assert measured.calls == expected
     (stage_dir / "queries.jsonl").unlink()  # as if the stage had not started
-    bound = estimate(config).tasks[0].stages[1]
+    bound = stages(estimate(config))[1]
     assert bound.source == BOUND
     assert bound.calls == expected
 
 
+@pytest.mark.parametrize(
+    "options, calls",
+    [
+        ([], 15 + 5),  # 15 reasoning turns, 5 searches each read by Reason-in-Documents
+        (["max_turns=15", "max_searches=10", "max_refusals=2"], 15 + 10),
+        (["max_turns=15", "max_searches=10", "max_refusals=1"], 11 + 10),  # one refusal ends it
+        (["max_turns=15", "max_searches=0", "max_refusals=2"], 2),
+        (["max_turns=4", "max_searches=10"], 4 + 3),  # no search after the last turn
+    ],
+)
+def test_search_o1s_worst_case_runs_its_own_limits(tmp_path, toy_dir, options, calls):
+    """The bound is the real graph's: its limits, however they combine, give the calls."""
+    config = config_of(tmp_path, toy_dir, agent="search-o1", option=options)
+    assert stages(estimate(config))[0].calls == calls
+
+
 def test_search_agents_are_bounded_by_their_limits(tmp_path, toy_dir):
-    assert search_o1_calls(15, 10, 2) == (15, 10)
-    assert search_o1_calls(15, 10, 1) == (11, 10)  # one refusal past the limit ends it
-    assert search_o1_calls(15, 0, 2) == (2, 0)
-    assert search_o1_calls(4, 10, 0) == (4, 3)  # no search after the last turn
 
     def searcher(messages, params):
         if messages[0]["content"].startswith("**Task Instruction:**"):  # Reason-in-Documents
@@ -223,7 +234,7 @@ def test_search_agents_are_bounded_by_their_limits(tmp_path, toy_dir):
         return f"Let me look.\n\n<|begin_search_query|>aspirin query {turn}"
 
     provider = scripted.install(searcher)
-    bound = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
+    bound = stages(estimate(config_of(tmp_path, toy_dir, agent="search-o1")))[0]
     # Search-o1's limits: 15 reasoning turns, 5 searches each read by Reason-in-Documents
     assert (bound.source, bound.calls) == (BOUND, 15 + 5)
     assert bound.completion_tokens == 20 * 512
@@ -233,11 +244,11 @@ def test_search_agents_are_bounded_by_their_limits(tmp_path, toy_dir):
     assert bound.prompt_tokens > 15 * first  # the prompt grows turn by turn
     assert main(flags(tmp_path, "--agent", "search-o1", "--model", "scripted/x",
                       "--dataset", str(toy_dir))) == 0  # fmt: skip
-    measured = estimate(config_of(tmp_path, toy_dir, agent="search-o1")).tasks[0].stages[0]
+    measured = stages(estimate(config_of(tmp_path, toy_dir, agent="search-o1")))[0]
     assert measured.source == MEASURED
     assert 10 < measured.calls <= bound.calls  # 5 searches, 5 readings, then canned results
 
-    r1 = estimate(config_of(tmp_path, toy_dir, agent="search-r1")).tasks[0].stages[0]
+    r1 = stages(estimate(config_of(tmp_path, toy_dir, agent="search-r1")))[0]
     assert r1.calls == 5  # max_turns search turns, then one with search off
 
 
@@ -251,13 +262,13 @@ def test_a_priced_model_gets_a_cost_from_litellms_price_map(tmp_path, toy_dir, m
     est = estimate(config_of(tmp_path, toy_dir, agent="hyde", model=model,
                              rerank=["llm-pointwise,depth=2"]))  # fmt: skip
     prompt_cost, completion_cost = litellm.cost_per_token(
-        model=model, prompt_tokens=round(est.prompt_tokens),
-        completion_tokens=round(est.completion_tokens),
+        model=model, prompt_tokens=round(est.total('prompt_tokens')),
+        completion_tokens=round(est.total('completion_tokens')),
     )  # fmt: skip
     assert est.cost is not None and est.cost > 0
     assert est.cost == pytest.approx(prompt_cost + completion_cost)
     assert f"cost: {usd(est.cost)}" in out
-    assert est.calls == 3 * (1 + 2)
+    assert est.total('calls') == 3 * (1 + 2)
     assert not (tmp_path / "runs").exists()
 
     # without a key the dry run is refused as the run would be, before anything else
@@ -289,7 +300,7 @@ def test_a_local_model_is_counted_with_its_own_tokenizer(tmp_path, toy_dir):
     config = config_of(tmp_path, toy_dir, agent="hyde", model=model, limit=1, rerank=[spec])
     est = estimate(config)
     assert "own tokenizer" in est.tokenizers[model]
-    agent, listwise = est.tasks[0].stages
+    agent, listwise = stages(est)
     tokenizer = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
     try:
         system = LOCAL_MODELS["smollm2-135m"].default_system
@@ -321,10 +332,15 @@ def test_a_local_model_is_counted_with_its_own_tokenizer(tmp_path, toy_dir):
         tokenizer.close()
 
 
-def test_a_split_local_model_not_yet_joined_is_not_joined_by_a_dry_run(tmp_path):
-    assert local_model_path("local/qwen2.5-coder-0.5b", tmp_path / "cache") is None
+def test_a_split_local_model_not_yet_joined_is_not_joined_by_a_dry_run(tmp_path, toy_dir):
+    assert readable_model_file("local/qwen2.5-coder-0.5b", tmp_path / "cache") is None
     assert not (tmp_path / "cache").exists()
-    assert local_model_path("local/smollm2-135m", tmp_path / "cache") is not None
+    assert readable_model_file("local/smollm2-135m", tmp_path / "cache") is not None
+    est = estimate(config_of(tmp_path, toy_dir, agent="hyde", model="local/qwen2.5-coder-0.5b"))
+    assert "not the model's own: its file is not joined yet" in est.tokenizers[
+        "local/qwen2.5-coder-0.5b"]  # fmt: skip
+    assert stages(est)[0].calls == 1
+    assert not (tmp_path / "cache").exists()
 
 
 def test_bad_input_fails_with_the_runs_one_line_error(tmp_path, toy_dir, provider, capsys):
@@ -373,7 +389,7 @@ def test_a_search_agents_bound_holds_a_trajectory_of_the_longest_outputs(
 
     scripted.install(longest)
     values = {"agent": agent, "max_tokens": m, "option": options}
-    bound = estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0]
+    bound = stages(estimate(config_of(tmp_path, toy_dir, **values)))[0]
     assert (bound.calls, bound.completion_tokens) == (calls, calls * m)
     argv = ["--agent", agent, "--max-tokens", str(m), "--dataset", str(toy_dir)]
     argv += ["--cache", "off"]  # every query reads the same documents with the same prompt
@@ -391,27 +407,31 @@ def test_costs_print_in_dollars_and_cents_or_four_figures():
     )  # fmt: skip
 
 
-def test_an_agent_without_a_bound_is_left_out_of_the_totals_and_said_so(
-    tmp_path, toy_dir, provider, monkeypatch
-):
+def test_a_new_agent_needs_nothing_more_for_its_dry_run(tmp_path, toy_dir, provider, monkeypatch):
+    """A registry entry and a graph: its dry run runs that graph, every reply the filler."""
+    from agents.graphs.generate_retrieve import SPECS
     from agents.registry import AGENTS, AgentSpec
 
-    spec = AgentSpec("mine", "a new agent", "agents.graphs.baseline:build_graph")
+    spec = AgentSpec("mine", "a new agent", "agents.graphs.generate_retrieve:build_graph",
+                     ("hyde",), bound=(SPECS["hyde"],), llm_nodes=("generate",))  # fmt: skip
     monkeypatch.setitem(AGENTS, "mine", spec)
     config = config_of(tmp_path, toy_dir, agent="mine", rerank=["llm-pointwise,depth=2"])
     est = estimate(config)
-    agent, pointwise = est.tasks[0].stages
-    assert agent.source == "unknown" and pointwise.source == BOUND
-    assert est.calls == 3 * 2 and est.cost is None
-    text = format_estimate(est)
-    assert rows(text, "mine")[0][3:] == ["?", "?", "?", "unknown"]
-    assert "total without mine: 6 LLM calls" in text
+    agent, pointwise = stages(est)
+    assert (agent.source, agent.calls, agent.completion_tokens) == (BOUND, 1, 512)
+    assert agent.prompt_tokens == sum(count("scripted/x", hyde_messages(q))
+                                      for q in QUERIES.values()) / 3  # fmt: skip
+    assert pointwise.source == BOUND and est.total("calls") == 3 * (1 + 2)
+    assert provider.calls == 0
+    assert rows(format_estimate(est), "mine")[0][3:] == ["1", "45", "512", "worst", "case"] or (
+        rows(format_estimate(est), "mine")[0][3] == "1"
+    )
 
 
-def test_a_listwise_window_too_long_for_the_context_is_counted_as_the_stage_resends_it(
+def test_a_listwise_window_too_long_for_the_context_is_counted_as_filling_it(
     tmp_path, capsys
 ):
-    """Passages cut to half the words until the window fits, as ListwiseReranker.ask does."""
+    """A window past the context is counted as filling it: the most a call can be paid for."""
     folder = tmp_path / "long"
     folder.mkdir()
     words = " ".join(f"word{i}" for i in range(3000))  # ~3 tokens a word: 3 of them overflow
@@ -427,9 +447,9 @@ def test_a_listwise_window_too_long_for_the_context_is_counted_as_the_stage_rese
     out = capsys.readouterr().out
     ((*_, calls, prompt, completion, _source, _bound),) = rows(out, "rerank-1-llm-listwise")
     assert calls == "1"
-    # the call as it is paid once cut to fit: a whole reply's room left (--max-tokens 512)
-    assert 0 < int(prompt.replace(",", "")) <= 8192 - 512 and completion == "512"
-    assert "counted with passages cut shorter until they fit" in out
+    # the context less a whole reply's room (--max-tokens 512)
+    assert int(prompt.replace(",", "")) == 8192 - 512 and completion == "512"
+    assert "counted as filling it" in out
 
 
 # --- tool-search -----------------------------------------------------------------------------
@@ -462,7 +482,7 @@ def test_tool_search_is_bounded_by_its_limits(tmp_path, toy_dir):
 
     def bound(*options: str):
         config = config_of(tmp_path, toy_dir, agent="tool-search", option=list(options))
-        return estimate(config).tasks[0].stages[0]
+        return stages(estimate(config))[0]
 
     full = bound()
     assert (full.source, full.calls, full.completion_tokens) == (BOUND, 8, 8 * 512)  # max_turns
@@ -471,7 +491,8 @@ def test_tool_search_is_bounded_by_its_limits(tmp_path, toy_dir):
     first = bound("max_turns=1")
     expected = sum(count("scripted/x", tool_search_first_prompt(q)) for q in QUERIES.values())
     assert first.calls == 1 and first.prompt_tokens == expected / 3
-    # from the second turn on: every search and read the limits allow; then a turn's output each
+    # from the second turn on: every search and read the limits allow; then a turn's output and
+    # a refused submission each
     two, three = bound("max_turns=2"), bound("max_turns=3")
     assert two.calls == 2 and three.calls == 3
     second, third = two.prompt_tokens - first.prompt_tokens, three.prompt_tokens - two.prompt_tokens
@@ -481,14 +502,13 @@ def test_tool_search_is_bounded_by_its_limits(tmp_path, toy_dir):
     assert bound("max_reads=0").prompt_tokens < full.prompt_tokens
     assert bound("max_k=2", "top_k=2").prompt_tokens < full.prompt_tokens  # 5 documents here
     assert bound("doc_words=5").prompt_tokens < full.prompt_tokens
-    assert bound("nudges=0").prompt_tokens < full.prompt_tokens < bound("nudges=3").prompt_tokens
-    assert any("every search and read the limits allow" in n for n in full.notes)
-    assert any("approximation" in n for n in full.notes)  # not a local/ model: tools as text
+    # the worst case calls a tool every turn (a refused submission after the first): no nudge
+    assert bound("nudges=0").prompt_tokens == full.prompt_tokens == bound("nudges=3").prompt_tokens
 
     # a run of the same configuration: measured from its records
     assert main(flags(tmp_path, "--agent", "tool-search", "--model", "scripted/x",
                       "--dataset", str(toy_dir))) == 0  # fmt: skip
-    measured = estimate(config_of(tmp_path, toy_dir, agent="tool-search")).tasks[0].stages[0]
+    measured = stages(estimate(config_of(tmp_path, toy_dir, agent="tool-search")))[0]
     assert (measured.source, measured.measured_queries) == (MEASURED, 3)
     assert measured.calls == 3 and provider.calls == 9  # search, read, submit
     assert measured.calls <= full.calls and measured.prompt_tokens <= full.prompt_tokens
@@ -515,7 +535,7 @@ def test_tool_searchs_bound_holds_a_trajectory_that_uses_every_limit(tmp_path, t
 
     scripted.install(respond)
     values = {"agent": "tool-search", "max_tokens": m, "option": options}
-    bound = estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0]
+    bound = stages(estimate(config_of(tmp_path, toy_dir, **values)))[0]
     assert (bound.calls, bound.completion_tokens) == (3, 3 * m)
     argv = ["--agent", "tool-search", "--max-tokens", str(m), "--dataset", str(toy_dir)]
     argv += ["--concurrency", "1"]  # one query after the other: its three prompts in turn
@@ -551,8 +571,8 @@ def test_tool_search_with_a_local_model_counts_the_text_the_model_is_sent(tmp_pa
         tokens = len(tokenizer.tokenize(prompt.encode(), add_bos=True, special=True))
     finally:
         tokenizer.close()
-    assert first.tasks[0].stages[0].prompt_tokens == tokens
-    assert estimate(config_of(tmp_path, toy_dir, **values)).tasks[0].stages[0].calls == 8
+    assert stages(first)[0].prompt_tokens == tokens
+    assert stages(estimate(config_of(tmp_path, toy_dir, **values)))[0].calls == 8
 
 
 def test_tool_search_prompts_past_the_context_are_counted_as_filling_it(tmp_path, capsys):
@@ -568,7 +588,7 @@ def test_tool_search_prompts_past_the_context_are_counted_as_filling_it(tmp_path
     (folder / "qrels.jsonl").write_text(json.dumps({"q_id": "q1", "p_id": "d0", "score": 1}) + "\n")
     assert main(flags(tmp_path, "--dataset", str(folder), "--agent", "tool-search",
                       "--model", "local/smollm2-135m", "--max-turns", "3",
-                      "--dry-run")) == 0  # fmt: skip
+                      "--option", "doc_words=3000", "--dry-run")) == 0  # fmt: skip
     out = capsys.readouterr().out
     ((*_, calls, prompt, completion, _source, _bound),) = rows(out, "tool-search")
     assert calls == "3" and completion == f"{3 * 512:,}"

@@ -18,10 +18,16 @@ from agents.graphs.search_o1 import BEGIN_QUERY
 from agents.llm import scripted
 from agents.run import main as run_main
 from eval.compare import compare_runs, reference_run, write_comparison
-from eval.compare import main as compare_main
+from eval.compare.__main__ import main as compare_main
+from eval.compare.html import SHORT_CHARS, TEXT_CHARS, cut, embed_json, report_data, slim_step
+from eval.compare.plots import (
+    cost_figure,
+    label_boxes,
+    label_boxes_overlap,
+    svg_text,
+    task_bars_figure,
+)
 from eval.datasets import DEMO_DIR, load_task
-from eval.html_report import SHORT_CHARS, TEXT_CHARS, cut, embed_json, report_data, slim_step
-from eval.plots import cost_figure, label_boxes, label_boxes_overlap, svg_text, task_bars_figure
 from eval.runs import QrelsError, RunQrels, run_qrels
 
 PASSAGE = "Immersion wrinkling of the fingers needs intact sympathetic nerves to the skin."

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from agents.cli import report
 from agents.config import RunConfig, from_settings, to_dict
 from agents.paper import paper_figures, paper_row
 from agents.pipeline import run
 from agents.run import main as run_main
-from agents.run import report
 from eval.compare import compare_runs
-from eval.compare import main as compare_main
+from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, R2MED_TASKS
 from eval.references import (
     DATA_DIR,
@@ -582,3 +582,52 @@ def test_report_lines_without_a_row_are_unchanged(runs):
     assert report(result, ref) == f"{first} (R2MED paper, hyde/qwen-7b/bm25: 0.48493)\n{rest}"
     other = TaskResult(name="toy", folder="toy", summary=summary)
     assert report(other, ref) == report(other)
+
+
+def test_agents_sweep_prints_the_paper_s_figures_for_a_matching_cell(runs, tmp_path, capsys):
+    """A sweep's cells print through agents.run's printer: a cell of R2MED's BM25 over its
+    Biology task is the paper's base/bm25 row."""
+    from agents.sweep import main as sweep_main
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        f'output = "out"\ncache_dir = "{runs["root"] / "cache"}"\nagents = ["none"]\n'
+        f'datasets = ["{runs["root"] / "data" / "Biology"}"]\n[options]\nquiet = true\n'
+    )
+    assert sweep_main([str(config)]) == 0
+    out = capsys.readouterr().out
+    ndcg = _ndcg(tmp_path / "out" / "runs" / "none-bm25q-Biology", "Biology")
+    assert f"Biology: NDCG@10 = {ndcg:.5f} (R2MED paper, base/bm25: 0.19188)\n" in out
+    assert "R2MED paper (base/bm25): avg nDCG@10 19.19 over the same tasks\n" in out
+
+
+def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
+    runs, tmp_path, capsys, monkeypatch
+):
+    """A cross-encoder at depth 10 over NV-Embed-v2's lists is R2MED's reranker row, and the
+    rerank prints its figures (the run itself stubbed: no model is downloaded here)."""
+    import agents.pipeline
+    from agents.pipeline import RunResult, TaskResult
+    from agents.rerank.__main__ import main as rerank_main
+
+    source = tmp_path / "nv"
+    source.mkdir()
+    biology = str(runs["root"] / "data" / "Biology")
+    nv = from_settings({"agent": "none", "retriever": NV, "dataset": biology})
+    (source / "config.json").write_text(json.dumps(to_dict(nv)))
+    summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
+
+    def stub(config, *, on_task, **kwargs):
+        task = TaskResult(name="Biology", folder="Biology", summary=summary)
+        on_task(task)
+        return RunResult(tmp_path / "reranked", config, {"Biology": task}, 0.5)
+
+    monkeypatch.setattr(agents.pipeline, "run", stub)
+    argv = [str(source), "--rerank", "cross:BAAI/bge-reranker-v2-m3,depth=10", "--quiet"]
+    assert rerank_main(argv) == 0
+    out = capsys.readouterr().out
+    row = "reranker/bge-reranker/nv/top_10"
+    figure = load_references()[row].figure("Biology")
+    assert f"Biology: NDCG@10 = {summary['metrics']['NDCG@10']:.5f} " in out
+    assert f" (R2MED paper, {row}: {figure:.5f})\n" in out
+    assert f"R2MED paper ({row}): avg nDCG@10 {figure * 100:.2f} over the same tasks\n" in out

@@ -28,7 +28,7 @@ import tests.browser
 from agents.llm import scripted
 from agents.llm.scripted import Reply
 from agents.run import main as run_main
-from eval.compare import main as compare_main
+from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, load_tasks
 from eval.runs import unpack_record
 from tests.browser import find_chromium, start_chromium

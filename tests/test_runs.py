@@ -1,4 +1,5 @@
-"""eval.runs (the run-folder layout, its readers and writers, run names) and eval.usage."""
+"""eval.runs (the run-folder layout, its readers and writers) and eval.usage; run names and
+labels are agents.naming's (tests/test_naming.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,10 @@ from eval.runs import (
     read_config,
     read_per_query,
     read_records,
+    read_run_info,
     read_task_info,
     read_task_summary,
     record_line,
-    run_folder_name,
-    run_label,
     stage_chain,
     stage_dir_name,
     task_dirs,
@@ -34,81 +34,13 @@ from eval.usage import Usage
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# today's flat config.json (agents.run RunConfig, asdict)
+# a config.json as an early version wrote it (flat): eval.runs reads any JSON object
 FLAT = dict(
     agent="search-o1", dataset="demo", retriever="bm25", bm25_method="bm25q", k1=None, b=None,
     depth=100, missing="zero", limit=None, pad=False, ties="trec",
     model="local/qwen2.5-coder-0.5b", api_base=None, temperature=0.0, max_tokens=512,
     prompts={}, options={"final_ranking": "answer", "max_turns": 15},
 )  # fmt: skip
-DEFAULTS = {"final_ranking": "answer", "max_turns": 15}
-
-
-def _nested(flat: dict) -> dict:
-    """The same settings in the nested shape the typed run configuration writes."""
-    return {
-        "agent": flat["agent"],
-        "dataset": flat["dataset"],
-        "options": flat["options"],
-        "retriever": {"spec": flat["retriever"], "bm25": {"method": flat["bm25_method"]}},
-        "rerank": [],
-        "llm": {"model": flat["model"]} if flat["model"] else None,
-        "eval": {"depth": 100, "missing": "zero", "ties": flat["ties"], "pad": flat["pad"]},
-        "limit": flat["limit"],
-        "prompts": flat["prompts"],
-    }
-
-
-# ---- run names ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "changes, name",
-    [
-        ({}, "search-o1-bm25q-qwen2.5-coder-0.5b-demo"),
-        (
-            {"options": {"final_ranking": "fuse", "max_turns": 15}},
-            "search-o1-bm25q-qwen2.5-coder-0.5b-demo-final_ranking=fuse",
-        ),
-        ({"bm25_method": "lucene"}, "search-o1-lucene-qwen2.5-coder-0.5b-demo"),
-        ({"retriever": "bm25+dense"}, "search-o1-bm25+dense-qwen2.5-coder-0.5b-demo"),
-        ({"model": "openai/gpt-4o-mini"}, "search-o1-bm25q-gpt-4o-mini-demo"),
-        ({"dataset": "/data/scifact/"}, "search-o1-bm25q-qwen2.5-coder-0.5b-scifact"),
-        (
-            {"limit": 5, "pad": True, "ties": "ascending"},
-            "search-o1-bm25q-qwen2.5-coder-0.5b-demo-limit5-pad-ties=ascending",
-        ),
-        (
-            {"agent": "none", "model": None, "options": {}},
-            "none-bm25q-demo",
-        ),
-        ({"retriever": "api:text/embed x"}, "search-o1-api_text_embed_x-qwen2.5-coder-0.5b-demo"),
-    ],
-)
-def test_run_folder_names_keep_todays_names_in_both_config_shapes(changes, name):
-    flat = {**FLAT, **changes}
-    defaults = DEFAULTS if flat["agent"] == "search-o1" else {}
-    assert run_folder_name(flat, defaults) == name
-    assert run_folder_name(_nested(flat), defaults) == name
-
-
-def test_run_folder_name_tells_sweep_variants_and_rerank_stages_apart():
-    assert run_folder_name(FLAT, DEFAULTS, variant="short") == (
-        "search-o1-bm25q-qwen2.5-coder-0.5b-short-demo"
-    )
-    staged = {**_nested(FLAT), "rerank": [{"kind": "llm", "options": {}}]}
-    assert run_folder_name(staged, DEFAULTS) == "search-o1-bm25q-qwen2.5-coder-0.5b-demo-rerank=llm"
-
-
-def test_run_label_names_agent_retriever_model_and_prompt_version():
-    none = {**FLAT, "agent": "none", "model": None, "bm25_method": "lucene", "options": {}}
-    assert run_label(none) == run_label(_nested(none)) == "none lucene"
-    hyde = {**FLAT, "agent": "hyde", "prompts": {"hyde": "ab" * 32}}
-    label = run_label(hyde)
-    assert label == run_label(_nested(hyde))
-    assert label.startswith("hyde bm25q qwen2.5-coder-0.5b p:") and len(label.split()[-1]) == 9
-    other = run_label({**hyde, "prompts": {"hyde": "cd" * 32}})
-    assert other != label  # another prompt text, another version
 
 
 # ---- config, summaries, task folders --------------------------------------------------------
@@ -138,6 +70,18 @@ def test_task_summary_is_none_when_absent_or_damaged(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
     assert read_task_summary(tmp_path) is None
     assert "damaged" in caplog.text and str(tmp_path / "metrics.json") in caplog.text
+
+
+def test_run_info_holds_the_label_and_is_none_when_absent_or_damaged(tmp_path, caplog):
+    write_run_summary(tmp_path, {"a": {}})
+    assert read_run_info(tmp_path) is None  # no label given: a folder as older versions wrote
+    write_run_summary(tmp_path, {"a": {}}, label="none bm25q", llm_free=True)
+    assert read_run_info(tmp_path) == {"label": "none bm25q", "llm_free": True}
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {"a": {}}  # tasks only
+    (tmp_path / "run.json").write_text("{")
+    caplog.set_level(logging.WARNING)
+    assert read_run_info(tmp_path) is None
+    assert f"{tmp_path / 'run.json'}: damaged" in caplog.text
 
 
 def test_task_info_is_none_when_absent_and_refused_when_damaged(tmp_path):

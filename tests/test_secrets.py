@@ -19,9 +19,9 @@ from agents.run import main
 from agents.secrets import public_url, redact
 from agents.sweep import main as sweep_main
 from agents.trace import main as trace_main
-from eval.compare import main as compare_main
+from eval.compare.__main__ import main as compare_main
+from eval.compare.html import embed_json
 from eval.files import safe_name
-from eval.html_report import embed_json
 
 URL_PASSWORD = "hunter2-url-password"
 URL_TOKEN = "tok-0123456789abcdef"

@@ -7,7 +7,6 @@ as JSON and read by `python -m agents.trace`.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 import time
 from collections.abc import Mapping
@@ -61,36 +60,6 @@ class AgentState(TypedDict, total=False):
     retrieved: Annotated[list[list[str]], operator.add]  # doc ids of each search the agent made
     searches: int  # searches the agent chose to make (not its final ranking's)
     ranking: dict[str, float]
-
-
-async def llm_call(
-    ctx: Any, node: str, messages: list[dict], **params: Any
-) -> tuple[Any, dict[str, Any]]:
-    """Call the LLM with the node's sampling (``ctx.sampling``, which ``params`` override) and
-    describe the call as a trace step; returns (completion, step). ``ctx`` is an agent's or a
-    rerank stage's context."""
-    if ctx.llm is None:
-        raise RuntimeError(f"node {node!r} needs an LLM but the agent was built without one")
-    completion = await ctx.llm.chat(messages, **{**ctx.sampling.get(node, {}), **params})
-    step = {
-        "node": node,
-        "messages": messages,
-        "output": completion.text,
-        "finish_reason": completion.finish_reason,
-        "cached": completion.cached,
-        "usage": completion.usage.to_dict(),
-    }
-    if completion.tool_calls:
-        step["tool_calls"] = [dataclasses.asdict(call) for call in completion.tool_calls]
-    return completion, step
-
-
-async def llm_step(
-    ctx: Any, node: str, messages: list[dict], **params: Any
-) -> tuple[str, dict[str, Any]]:
-    """Call the LLM and describe the call as a trace step; returns (text, step)."""
-    completion, step = await llm_call(ctx, node, messages, **params)
-    return completion.text, step
 
 
 def search_step(

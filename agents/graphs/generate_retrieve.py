@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.graphs.combine import generated_request, is_empty
-from agents.graphs.context import AgentContext, AgentState, llm_step, search_step
+from agents.graphs.context import AgentContext, AgentState, search_step
+from agents.llm.steps import llm_step
 from prompts import format_docs
 from retrievers.base import SearchRequest
 

@@ -35,9 +35,10 @@ searches), "search_skipped" (a canned message), "limit", "final" (the final rank
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from agents.graphs.context import AgentContext, llm_step, search_step
+from agents.graphs.context import AgentContext, search_step
 from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
@@ -49,6 +50,8 @@ from agents.graphs.search_loop import (
     resolve_llm_mode,
     transcript,
 )
+from agents.llm.dry import Reply, WorstCase
+from agents.llm.steps import llm_step
 from agents.llm.text import answer_text
 from retrievers.base import SearchRequest
 
@@ -280,3 +283,28 @@ def _refusal(
     if query in queries:
         return "repeated query", REPEATED_QUERY
     return None
+
+
+WORST_QUERY = "worst-case query"
+
+
+def worst_case(case: WorstCase) -> Reply:
+    """The longest trajectory, for a dry run: every Reason-in-Documents reply is all Final
+    Information (carried into every later prompt), and every turn ends in a search query: new
+    ones, all searched, up to max_searches; with max_refusals, repeats of the last one
+    (refused) go between the last searches, as many in a row as do not end the trajectory, so
+    that it reaches max_turns or (max_searches + 1) * max_refusals turns, whichever is fewer."""
+    if case.node == "documents":
+        return Reply(f"\n**Final Information**\n{case.filler}")
+    o = case.options
+    text = "".join(str(m.get("content") or "") for m in case.messages)
+    asked = re.findall(re.escape(BEGIN_QUERY) + f"({WORST_QUERY} \\d+)", text)
+    searches, limit, refusals = len(set(asked)), o["max_searches"], o["max_refusals"]
+    turns = min(o["max_turns"], (limit + 1) * refusals) if refusals else o["max_turns"]
+    repeats_left = max(0, turns - limit - refusals) - (len(asked) - searches)
+    tail = next((i for i, q in enumerate(reversed(asked)) if q != asked[-1]), len(asked)) - 1
+    # repeats as late as they fit: each search still to come can follow refusals - 1 of them
+    repeat = (asked and searches < limit and tail < refusals - 1
+              and repeats_left > (limit - searches - 1) * (refusals - 1))  # fmt: skip
+    query = asked[-1] if repeat else f"{WORST_QUERY} {case.serial}"
+    return Reply(f"{case.filler}{BEGIN_QUERY}{query}", stop_reason=END_QUERY)

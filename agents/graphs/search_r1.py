@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents.graphs.context import AgentContext, llm_call, search_step
+from agents.graphs.context import AgentContext, search_step
 from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
@@ -45,6 +45,8 @@ from agents.graphs.search_loop import (
     model_segment,
     resolve_llm_mode,
 )
+from agents.llm.dry import Reply, WorstCase
+from agents.llm.steps import llm_call
 from retrievers.base import SearchRequest
 
 SEARCH, END_SEARCH = "<search>", "</search>"
@@ -189,3 +191,9 @@ def build_graph(ctx: AgentContext) -> Any:
     graph.add_edge("final", END)
     # Two nodes per turn plus the final one: our turn limit always ends the run first.
     return graph.compile().with_config(recursion_limit=2 * max_turns + 12)
+
+
+def worst_case(case: WorstCase) -> Reply:
+    """The longest trajectory, for a dry run: every turn a search (its observation the longest
+    documents cut to obs_tokens), the turn after them too (not run)."""
+    return Reply(f"{case.filler}{SEARCH} query {case.serial}", stop_reason=END_SEARCH)

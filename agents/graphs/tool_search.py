@@ -39,8 +39,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agents.graphs.context import AgentContext, AgentState, fuse_lists, llm_call, search_step
+from agents.graphs.context import AgentContext, AgentState, fuse_lists, search_step
+from agents.llm.dry import Reply, WorstCase
 from agents.llm.errors import is_context_overflow
+from agents.llm.steps import llm_call
+from agents.llm.tool_text import ToolCall
 from prompts import PromptBook
 from retrievers.base import SearchRequest
 
@@ -364,3 +367,20 @@ def build_graph(ctx: AgentContext) -> Any:
 
 def _limit(reason: str) -> dict[str, Any]:
     return {"node": "limit", "reason": reason}
+
+
+def worst_case(case: WorstCase) -> Reply:
+    """The longest trajectory, for a dry run: the first turn makes every search (of max_k
+    results) and every read (of the longest documents) the limits allow, so every later prompt
+    holds them all; each later turn submits an id never seen, which is refused and the
+    trajectory goes on, to max_turns."""
+    o = case.options
+    if not any(m.get("role") == "tool" for m in case.messages):
+        args = [("search", {"query": f"query {case.serial}.{i}", "k": o["max_k"]})
+                for i in range(o["max_searches"])]  # fmt: skip
+        args += [("read", {"doc_id": d}) for d in case.documents[: o["max_reads"]]]
+    else:
+        args = [("submit", {"doc_ids": [f"unseen-{case.serial}"]})]
+    calls = [ToolCall(f"call-{case.serial}-{i}", name, json.dumps(a))
+             for i, (name, a) in enumerate(args)]  # fmt: skip
+    return Reply(case.filler, tool_calls=calls)

@@ -278,6 +278,9 @@ class LLM:
     chat_template: str | None = None  # llamacpp: how prompts are rendered (serving.py)
     routing: str = "simple-shuffle"  # several api_base URLs: litellm Router's strategy
     timeout: float | None = DEFAULT_TIMEOUT_S  # seconds an attempt waits for the answer
+    # a dry run's worst-case model (agents.llm.dry.DryModel): every call is answered and
+    # counted there, and nothing is sent, cached or asked of a server
+    dry: Any = field(default=None, compare=False)
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
     _router: Any = field(default=None, init=False, repr=False, compare=False)
@@ -330,6 +333,8 @@ class LLM:
         temperature > 0 with sample=0..n-1; callers at temperature 0 pass 0.
         """
         request = {**self.params, **params}
+        if self.dry is not None:
+            return self._record(self.dry.complete(self.model, messages, request))
         continuing = bool(messages) and messages[-1].get("role") == "assistant"
         self.prepare()
         if continuing and self.server in CHAT_CONTINUING:
@@ -396,6 +401,8 @@ class LLM:
         model's own tokenizer (exact), else litellm's tokenizer for the model (its Hugging
         Face tokenizer where litellm knows one and it is cached, else tiktoken's cl100k_base:
         an approximation)."""
+        if self.dry is not None:  # counts without joining a model file
+            return self.dry.truncate(self.model, text, limit)
         if self.model.startswith("local/"):
             from agents.llm.local import tokenizer
 

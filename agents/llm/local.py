@@ -163,6 +163,22 @@ def model_file(name: str, cache_dir: Path | None = None) -> Path:
     return _joined_file(short, model, paths, models_dir)
 
 
+def readable_model_file(name: str, cache_dir: Path) -> Path | None:
+    """The GGUF file of a local model if it can be read as it is: a single-part model's file,
+    or a split one's already joined by a run; None otherwise (joining writes half a gigabyte
+    into the cache, which a dry run does not do)."""
+    try:
+        _, model = _lookup(name)
+        parts = [_part_path(part, model) for part in model.parts]
+    except (ValueError, LocalModelError):
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    joined = Path(cache_dir) / "models" / model.filename
+    expected = sum(p.stat().st_size for p in parts)
+    return joined if joined.is_file() and joined.stat().st_size == expected else None
+
+
 def stamp_path(target: Path) -> Path:
     return target.with_name(target.name + ".stamp.json")
 

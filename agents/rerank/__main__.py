@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import sys
 from pathlib import Path
 
-from agents import interrupt
+from agents.cli import command, paper_for, print_summary, setup_logging, task_printer
 from agents.config import (
     STAGE_WIDE,
     ConfigError,
@@ -32,11 +31,8 @@ from agents.config import (
     settings_from_args,
     stages_with,
 )
-from agents.llm.errors import LLMRunError
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
-from eval.datasets import DataError
-from eval.files import describe_os_error
 from eval.runs import read_config
 
 # the flags of agents.run that a rerank of a finished run may set
@@ -120,29 +116,20 @@ def _used(source: RunConfig, key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from agents.pipeline import run  # after parsing: --help stays fast
-    from agents.run import print_summary, report
-
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    interrupt.install()
-    try:
-        config = rerank_config(args.source, settings_from_args(args))
-        result = run(
-            config,
-            overwrite=args.overwrite,
-            progress=not args.quiet,
-            on_task=lambda task: print(report(task), flush=True),
-        )
-    except (ConfigError, DataError, ValueError, LLMRunError) as e:  # one-line refusals
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write {e.filename}: {describe_os_error(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return interrupt.interrupted()
-    return print_summary(result)
+    setup_logging()
+    return command(lambda: _rerank(args))
+
+
+def _rerank(args: argparse.Namespace) -> int:
+    config = rerank_config(args.source, settings_from_args(args))
+    from agents.pipeline import run  # after parsing: --help loads no retriever or LLM stack
+
+    paper = paper_for(config)  # a cross-encoder over R2MED's NV-Embed-v2 lists is a row
+    result = run(
+        config, overwrite=args.overwrite, progress=not args.quiet, on_task=task_printer(paper)
+    )
+    return print_summary(result, paper)
 
 
 if __name__ == "__main__":

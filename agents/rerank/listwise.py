@@ -14,10 +14,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# Light imports only: agents.registry pulls in agent graph modules, none of which import this
-# one, and agents.graphs.context needs no LLM library until a call is made.
-from agents.graphs.context import llm_step
+# Light imports only: agents.registry pulls in this module, and agents.llm.steps needs no LLM
+# library until a call is made.
 from agents.llm.errors import is_context_overflow
+from agents.llm.steps import llm_step
 from agents.llm.text import answer_text
 from agents.rerank import StageContext
 from agents.specs import StageSpec

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.graphs.context import llm_call
+from agents.llm.steps import llm_call
 from agents.llm.text import THINK_END, answer_text
 from agents.rerank import StageContext
 from agents.rerank.listwise import cut_words

@@ -1,4 +1,4 @@
-// report.html's script (inlined by eval/html_report.py): builds the query table from the
+// report.html's script (inlined by eval/compare/html.py): builds the query table from the
 // embedded JSON, sorts and filters it, and renders a query's trajectories when its row is
 // first opened (rendering thousands of them up front would make large reports slow to open).
 // The ids, classes and data- attributes used here are a contract that tests rely on.

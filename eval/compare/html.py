@@ -21,17 +21,16 @@ import logging
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from eval.compare.markdown import TEST_NAMES
+from eval.compare.model import Comparison, RunData, reference_run
 from eval.files import write_text
 from eval.runs import QrelsError, iter_records, records_path, stage_chain
 
-if TYPE_CHECKING:
-    from eval.compare import Comparison, RunData
-
 log = logging.getLogger(__name__)
 
-ASSETS = Path(__file__).resolve().parent / "report_assets"
+ASSETS = Path(__file__).resolve().parents[1] / "report_assets"  # eval/report_assets
 TEMPLATE = "report.html.j2"
 TEXT_CHARS = 4000  # reasoning, queries: what a reader wants whole, cut past this
 SHORT_CHARS = 1000  # tool arguments and results, replies, notes
@@ -303,8 +302,6 @@ def render_report(c: Comparison, svgs: Mapping[str, str]) -> str:
     """The page's HTML for comparison ``c`` with the charts' inline SVGs by name."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    from eval.compare import reference_run
-
     env = Environment(
         loader=FileSystemLoader(ASSETS),
         autoescape=True,
@@ -316,11 +313,10 @@ def render_report(c: Comparison, svgs: Mapping[str, str]) -> str:
     script = (ASSETS / "report.js").read_text(encoding="utf-8")
     if "</script" in script.lower():  # it would end the inline element early
         raise ValueError(f"{ASSETS / 'report.js'} must not contain '</script'")
-    test_name = {"fisher": "Fisher's randomization test", "student": "paired t-test"}[c.test]
     data = report_data(c)
     return env.get_template(TEMPLATE).render(
         c=c,
-        test_name=test_name,
+        test_name=TEST_NAMES[c.test],
         leaderboard=_leaderboard(c),
         published=_published(c),
         reference=reference_run(c),
@@ -334,9 +330,9 @@ def render_report(c: Comparison, svgs: Mapping[str, str]) -> str:
 
 
 def write_report(c: Comparison, path: Path | str, figures: Mapping[str, Any]) -> Path:
-    """Write report.html for ``c`` at ``path``; ``figures`` are `eval.compare`'s charts
-    ("tasks", "cost"), inlined as SVG."""
-    from eval.plots import svg_text
+    """Write report.html for ``c`` at ``path``; ``figures`` are its charts
+    (`eval.compare.plots.comparison_figures`: "tasks", "cost"), inlined as SVG."""
+    from eval.compare.plots import svg_text  # matplotlib: heavy, only when writing
 
     path = Path(path)
     svgs = {name: svg_text(figure, f"{name}-chart") for name, figure in figures.items()}

@@ -13,6 +13,9 @@ Legibility rules, because the first versions were hard to read:
   task's group so every other bar reads against it.
 * cost scatter: labels are wrapped, placed by adjustText away from each other and from the
   points, and kept inside the axes, whose margins leave them room.
+
+matplotlib is heavy: `eval.compare.output` and `eval.compare.html` import this module only
+when they draw, so reading and comparing runs never loads it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import numpy as np
 from adjustText import adjust_text
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+
+from eval.compare.model import Comparison, reference_run
 
 REFERENCE_HATCH = "///"
 LABEL_WIDTH = 26  # characters per line of a scatter label; run labels can be long
@@ -230,3 +235,27 @@ def svg_text(fig: Figure, prefix: str) -> str:
         svg,
     )
     return svg
+
+
+# ---- a comparison's charts ----------------------------------------------------------------
+
+
+def cost_points(c: Comparison) -> tuple[dict[str, tuple[float, float]], str]:
+    """(label: (cost, Avg)) and the x-axis name: USD when every run was priced, else tokens."""
+    if all(k.cost_known and k.calls for k in c.costs.values()):
+        return {k: (c.costs[k].cost, c.avg(k)) for k in c.labels}, "estimated cost (USD)"
+    return (
+        {k: (float(c.costs[k].tokens), c.avg(k)) for k in c.labels},
+        "LLM tokens (in + out)",
+    )
+
+
+def comparison_figures(c: Comparison) -> dict[str, Figure]:
+    """The charts of ``c``: "tasks" (per-task bars) and "cost" (the scatter), the no-LLM
+    baseline (`reference_run`) marked in both."""
+    reference = reference_run(c)
+    points, xlabel = cost_points(c)
+    return {
+        "tasks": task_bars_figure(c.means, c.tasks, c.metric, reference),
+        "cost": cost_figure(points, xlabel, f"Avg {c.metric}", reference),
+    }

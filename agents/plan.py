@@ -1,0 +1,347 @@
+"""A run prepared: `prepare(config) -> Plan`, used by the run (agents.pipeline) and the dry run.
+
+Preparing reads and checks everything a run needs before its first call, and writes nothing:
+the models named and their keys, the tasks and their folders in the run, every prompt the run
+will send (recorded by name and sha256 as the graphs load them), what every LLM call is sent
+(agents.llm.sampling), the source of a rerank or of replayed generations, and one LLM client
+per (model, server). Bad input is refused here with one line (a ValueError), so neither a run
+nor a dry run starts on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agents.config import RunConfig, default_run_name, from_dict
+from agents.generations import Generations
+from agents.graphs.context import AgentContext
+from agents.registry import AGENTS, STAGES, AgentSpec
+from agents.rerank import StageContext
+from eval import runs
+from eval.datasets import Task, default_cache_dir, load_tasks
+from eval.files import safe_name, writable_folder
+from prompts import PromptBook, PromptError
+
+log = logging.getLogger("agents.plan")
+
+
+class RunError(ValueError):
+    """A run that cannot start as asked; the message is one line saying why and what to do."""
+
+
+@dataclass
+class TaskPlan:
+    task: Task
+    folder: str  # its folder in the run (unique even when two tasks share a name)
+    prompts: PromptBook  # the task's prompts, as recorded in the run's config
+    queries: dict[str, str]  # the queries the run answers (--limit)
+    generations: Generations | None = None  # the texts replayed (--generations)
+    source_dir: Path | None = None  # this task's folder in the run a rerank starts from
+
+
+@dataclass
+class Plan:
+    config: RunConfig  # completed: prompts, sampling, and what the clients reported
+    spec: AgentSpec
+    cache_dir: Path
+    run_dir: Path  # where the run goes (not created here)
+    tasks: list[TaskPlan]
+    llms: dict[tuple[str, str | None], Any]  # (model, api_base) -> agents.llm.LLM
+    source: RunConfig | None = None  # the finished run a rerank starts from
+
+    def agent_llm(self) -> Any:
+        llm = self.config.llm
+        return self.llms.get((llm.model, llm.api_base)) if llm is not None else None
+
+    def stage_llm(self, stage: Any) -> Any:
+        return self.llms[self.config.stage_llm(stage)] if STAGES[stage.kind].uses_llm else None
+
+    def agent_context(self, tp: TaskPlan, retriever: Any, first_stage: Any) -> AgentContext:
+        config = self.config
+        return AgentContext(
+            retriever=retriever, first_stage=first_stage, corpus=tp.task.corpus,
+            task=tp.task.name, llm=self.agent_llm(), depth=config.eval.depth,
+            prompts=tp.prompts, options=config.options, generations=tp.generations,
+            parser=text_parser(config, tp.generations),
+            sampling=node_sampling(config, config.agent),
+        )  # fmt: skip
+
+    def stage_context(self, tp: TaskPlan, index: int, stage: Any) -> StageContext:
+        return stage_context(self.config, tp.task, tp.prompts, stage, self.stage_llm(stage),
+                             self.cache_dir, runs.stage_dir_name(index, stage.kind))  # fmt: skip
+
+
+def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
+    """Everything the run of ``config`` needs, checked. With ``dry`` (an
+    `agents.llm.dry.DryModel`) the clients answer from it and nothing is contacted or
+    created: no cache folder, no server asked for its template, no generations read."""
+    if config.llm is not None:
+        from agents.llm.client import check_credentials, check_model
+
+        for model, api_base in config.llm_targets():
+            check_model(model)
+            check_credentials(model, api_base)
+    if dry is None:
+        cache_dir = writable_folder(config.cache_dir or default_cache_dir(), "--cache-dir")
+    else:
+        cache_dir = Path(config.cache_dir or default_cache_dir()).expanduser()
+    llms = make_llms(config, None if dry else cache_dir, dry)
+    if dry is None:
+        # a llama.cpp server that reports no chat template is refused before anything else
+        for client in llms.values():
+            client.prepare()
+        templates = [c.template.sha256 for c in llms.values() if c.template is not None]
+        if templates:
+            config = dataclasses.replace(config, chat_template_sha256=templates[0])
+        from agents import machine
+
+        embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
+        config = dataclasses.replace(config, machine=machine.describe(embedded))
+    spec = AGENTS[config.agent]
+    source = read_source_run(config) if config.source_run else None
+    overrides = {name: Path(path) for name, path in config.prompt_files.items()}
+    tasks = load_tasks(config.dataset, cache_dir)
+    folders = task_folders(tasks)
+    plans = [
+        TaskPlan(task, folder, PromptBook(overrides, task.name), limited(task, config.limit),
+                 source_dir=Path(config.source_run) / folder if source else None)
+        for task, folder in zip(tasks, folders, strict=True)
+    ]  # fmt: skip
+    prompts = record_prompts(spec, config, plans, source)
+    config = dataclasses.replace(config, prompts=prompts, sampling=record_sampling(config, source))
+    if config.generations and source is None and dry is None:  # a rerank reads its source's
+        read_generations(config, plans, cache_dir)
+        config = dataclasses.replace(
+            config, generation_sha256={p.folder: p.generations.sha256 for p in plans}
+        )
+    run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
+    return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
+
+
+def limited(task: Task, limit: int | None) -> dict[str, str]:
+    return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
+
+
+def record_prompts(
+    spec: AgentSpec, config: RunConfig, plans: list[TaskPlan], source: RunConfig | None = None
+) -> dict[str, str]:
+    """Every prompt the run will send, by name and sha256, recorded as the graphs load them.
+
+    The graphs (and the LLM stages) are built once per task without retrievers or a model:
+    building only loads prompts. The same books then serve the real graphs, which get each
+    prompt from the book's memory, so the recorded text is the text sent. A rerank of a
+    finished run records its agent's prompts as that run did (they are not sent again).
+    """
+    used: dict[str, str] = {}
+    if source is not None:
+        stage_families = {f for s in STAGES.values() for f in s.prompts}
+        used.update(
+            (n, h) for n, h in source.prompts.items() if n.split("/")[0] not in stage_families
+        )
+    for tp in plans:
+        # a rerank of a finished run sends no agent prompt, nor does a replay of generations
+        if source is None and not config.generations:
+            spec.build_graph(AgentContext(retriever=None, first_stage=None, corpus={},
+                                          task=tp.task.name, prompts=tp.prompts,
+                                          options=config.options))  # fmt: skip
+        for stage in config.rerank:
+            if STAGES[stage.kind].uses_llm:  # the others read no prompt (and may load models)
+                STAGES[stage.kind].build(
+                    stage_context(config, tp.task, tp.prompts, stage, None, None)
+                )
+        used.update(tp.prompts.used)
+    # an override no prompt of the run reads would change nothing, silently (a prompt of
+    # another agent, a task kind the dataset lacks, a replay that sends no prompt); a rerank
+    # keeps its source run's, which its agent read
+    inherited = set(source.prompt_files) if source is not None else set()
+    read = set().union(*(tp.prompts.overrides_read for tp in plans))
+    unread = sorted(set(config.prompt_files) - read - inherited)
+    if unread:
+        raise PromptError(
+            f"--prompt {unread[0]}={config.prompt_files[unread[0]]}: no prompt this run sends "
+            f"reads it (it sends: {', '.join(sorted(used)) or 'none'})"
+        )
+    return dict(sorted(used.items()))
+
+
+def record_sampling(config: RunConfig, source: RunConfig | None = None) -> dict[str, Any]:
+    """What every LLM call of the run is sent, by "<agent or stage folder>/<node>": the
+    preset's values for its method, node and model family, the settings given over them, and
+    what is not sent (agents.llm.sampling). A rerank of a finished run keeps its agent's."""
+    if config.llm is None:
+        return {}
+    from agents.llm.sampling import resolve
+    from agents.llm.serving import resolve_server
+
+    llm = config.llm
+    explicit = llm.explicit_sampling()
+    out: dict[str, Any] = {}
+
+    def put(name: str, method: str, node: str, model: str, server: str, options: Any) -> None:
+        sampling = resolve(llm.preset, method, node, model, server, explicit, options)
+        out[f"{name}/{node}"] = {"model": model, "preset": llm.preset, **sampling.to_dict()}
+
+    if source is not None:
+        out.update((k, v) for k, v in source.sampling.items() if k.split("/")[0] == config.agent)
+    elif config.agent_calls_llm:
+        server = resolve_server(llm.server, llm.model)
+        for node in AGENTS[config.agent].llm_nodes:
+            put(config.agent, config.agent, node, llm.model, server, config.options)
+    for i, stage in enumerate(config.rerank, 1):
+        if not STAGES[stage.kind].uses_llm:
+            continue
+        model, api_base = config.stage_llm(stage)
+        server = resolve_server(llm.server if api_base == llm.api_base else "auto", model)
+        for node in STAGES[stage.kind].llm_nodes:
+            put(runs.stage_dir_name(i, stage.kind), stage.kind, node, model, server, stage.options)
+    return out
+
+
+def describe_sampling(entry: dict[str, Any]) -> str:
+    """One line on what a node's calls are sent, and what not."""
+    sent = ", ".join(f"{k} {v}" for k, v in entry["params"].items()) or "nothing"
+    line = f"sends {sent}"
+    if entry["not_sent"]:
+        line += "; not sent: " + "; ".join(f"{k} ({w})" for k, w in entry["not_sent"].items())
+    return line
+
+
+def node_sampling(config: RunConfig, name: str) -> dict[str, dict[str, Any]]:
+    """node -> the parameters sent, for the agent or stage folder ``name`` of the run."""
+    prefix = f"{name}/"
+    return {
+        k.removeprefix(prefix): dict(v["params"])
+        for k, v in config.sampling.items()
+        if k.startswith(prefix)
+    }
+
+
+def text_parser(config: RunConfig, generations: Generations | None = None) -> str:
+    """How the run's generated texts are read (agents.llm.text): the setting, else the
+    agent's own protocol, else the writing model's family (a replay's source model)."""
+    from agents.llm.text import reasoning_parser
+
+    if config.reasoning != "auto":
+        return config.reasoning
+    own = AGENTS[config.agent].parser
+    if own is not None:
+        return own
+    if generations is not None:
+        model = generations.model
+    else:
+        model = config.llm.model if config.llm is not None and config.agent_calls_llm else None
+    return reasoning_parser(model) if model else "none"
+
+
+def read_generations(config: RunConfig, plans: list[TaskPlan], cache_dir: Path) -> None:
+    """Each task's generated texts from the run's source, into its plan; the queries a source
+    has no text for are reported now, before any query runs (one line per task)."""
+    from agents.generations import load_generations, missing_line, parse_source
+
+    assert config.generations is not None
+    spec = parse_source(config.generations, config.agent)
+    for tp in plans:
+        tp.generations = load_generations(spec, config.agent, tp.task.name, tp.folder, cache_dir)
+        line = missing_line(tp.generations, tp.folder, list(tp.queries))
+        if line:
+            log.warning("%s", line)
+
+
+def make_llms(
+    config: RunConfig, cache_dir: Path | None, dry: Any = None
+) -> dict[tuple[str, str | None], Any]:
+    """One client per (model, api_base) the run calls, so each has its own rate limit."""
+    if config.llm is None:
+        return {}
+    from agents.llm import LLM
+
+    llm = config.llm
+    return {
+        (model, api_base): LLM(
+            model=model,
+            api_base=api_base,
+            cache_dir=cache_dir,
+            cache_mode=llm.cache,
+            rate_limit=None if dry else llm.rate_limit,
+            # the server kind is the run's server's; a stage's own server is a generic API
+            server=llm.server if api_base == llm.api_base else "auto",
+            chat_template=llm.chat_template if api_base == llm.api_base else None,
+            routing=llm.routing,
+            timeout=config.timeout,
+            dry=dry,
+        )
+        for model, api_base in config.llm_targets()
+    }
+
+
+def stage_context(
+    config: RunConfig, task: Task, prompts: PromptBook, stage: Any, llm: Any,
+    cache_dir: Path | None, folder: str = "",
+) -> StageContext:  # fmt: skip
+    return StageContext(
+        corpus=task.corpus, task=task.name, options=stage.options, llm=llm,
+        depth=config.eval.depth, prompts=prompts, cache_dir=cache_dir,
+        sampling=node_sampling(config, folder) if folder else {},
+    )  # fmt: skip
+
+
+def task_folders(tasks: list[Task]) -> list[str]:
+    """One folder name per task; tasks of the same name (``a/toy,b/toy``) never share one.
+
+    A task given twice is refused: it would be run and counted twice.
+    """
+    seen: dict[Path, str] = {}
+    for task in tasks:
+        where = task.path.resolve()
+        if where in seen:
+            raise RunError(f"--dataset names {task.name} ({task.path}) twice")
+        seen[where] = task.name
+    names = [t.name for t in tasks]
+    folders = []
+    for task in tasks:
+        if names.count(task.name) == 1:
+            folders.append(safe_name(task.name))
+            continue
+        # readable where the parent folders differ, a hash of the path where they do not
+        parent = task.path.resolve().parent.name
+        label = f"{parent}-{task.name}"
+        if sum(f"{t.path.resolve().parent.name}-{t.name}" == label for t in tasks) > 1:
+            label += "-" + hashlib.sha256(str(task.path.resolve()).encode()).hexdigest()[:8]
+        folders.append(safe_name(label))
+    return folders
+
+
+FIRST_STAGE_FIELDS = (
+    "agent", "dataset", "options", "retriever", "limit", "eval", "generations",
+    "generation_sha256",
+)  # fmt: skip
+
+
+def read_source_run(config: RunConfig) -> RunConfig:
+    """The finished run `config` reranks, checked to have made the same first stage."""
+    path = Path(config.source_run or "")
+    try:
+        source = from_dict(runs.read_config(path))
+    except FileNotFoundError:
+        raise RunError(f"{path}: not a run folder (no {runs.CONFIG_FILE})") from None
+    except (ValueError, TypeError) as e:
+        raise RunError(f"{path / runs.CONFIG_FILE}: {e}") from None
+    differ = [f for f in FIRST_STAGE_FIELDS if getattr(source, f) != getattr(config, f)]
+    if source.llm is not None and source.agent_calls_llm:
+        mine = dataclasses.replace(
+            config.llm,
+            **{k: getattr(source.llm, k) for k in ("cache", "concurrency", "rate_limit")},
+        )
+        if mine != source.llm:
+            differ.append("llm")
+    if differ:
+        raise RunError(
+            f"{path} made its first stage with other settings ({', '.join(differ)}); a rerank "
+            "reuses that run's settings for everything before its stages"
+        )
+    return source

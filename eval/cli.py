@@ -1,0 +1,82 @@
+"""The one error ladder every command line climbs: a refusal is one line and exit status 2.
+
+Every refusal in this project is a `ValueError` whose message is one line naming the file,
+line and field, or the flag and value (config, data, prompt and folder errors are all
+subclasses); a command adds the errors of its own layer (an LLM that cannot be reached) as
+``refusals``. An OSError names the file and the reason (a full or read-only disk). Ctrl-C
+is one line and exit status 130: every file written so far is written whole. Anything else
+is a bug and goes up with its traceback.
+
+    def main(argv=None) -> int:
+        args = parse_args(argv)  # argparse's own errors exit 2 before the ladder
+        return command(lambda: _main(args))
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+from collections.abc import Callable
+
+from eval.files import describe_os_error
+
+EXIT_REFUSED = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for a Ctrl-C'ed program
+INTERRUPTED = "interrupted: every file written so far is kept whole"
+# errors only a write meets; any other (a missing file, no permission) may be a read's too
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG})
+
+
+def error(message: str) -> int:
+    """Print one ``error:`` line on stderr; the refusal's exit status."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return EXIT_REFUSED
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as one line: the file first, then why (disk full, read-only, ...)."""
+    # a rename's or link's second file is the one it was making
+    path = e.filename2 if e.filename2 is not None else e.filename
+    if path is None:
+        return describe_os_error(e)
+    if e.errno in WRITE_ERRNOS:
+        return f"cannot write {path}: {describe_os_error(e)}"
+    return f"{path}: {describe_os_error(e)}"
+
+
+def refused(
+    body: Callable[[], int],
+    *,
+    refusals: tuple[type[BaseException], ...] = (),
+    prefix: str = "",
+) -> int:
+    """Run ``body``; a refusal it raises is one line and exit status 2. A Ctrl-C goes up: this
+    is the ladder without its last rung, for one part of a command (a sweep's cell)."""
+    try:
+        return body()
+    except (ValueError, *refusals) as e:
+        return error(f"{prefix}{e}")
+    except OSError as e:
+        return error(f"{prefix}{os_error_line(e)}")
+
+
+def command(
+    body: Callable[[], int],
+    *,
+    refusals: tuple[type[BaseException], ...] = (),
+    interrupted: Callable[[], int] | None = None,
+    prefix: str = "",
+) -> int:
+    """Run ``body`` and turn what it raises into one line and an exit status.
+
+    ``refusals`` are refused like ValueErrors; ``interrupted`` says what a Ctrl-C keeps (its
+    return value is the exit status); ``prefix`` starts every error line.
+    """
+    try:
+        return refused(body, refusals=refusals, prefix=prefix)
+    except KeyboardInterrupt:
+        if interrupted is not None:
+            return interrupted()
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,78 @@
+"""Compare run folders: `python -m eval.compare runs/a runs/b ... [--baseline runs/a]`.
+
+For the chosen metric (nDCG@10 by default) it prints and writes a leaderboard (one row per
+run, R2MED's task order, then Avg), per-query deltas against a baseline run (wins / ties /
+losses, paired p-values, the queries that moved most, with their text) and a cost table, draws
+per-task bars and a cost-vs-metric scatter, and writes report.html, a page that holds all of
+it plus every query's score and trajectory (`eval.compare.html`). See docs/experiments.md.
+
+The package: `model` (the data: runs as read, deltas, costs, published rows) is computed by
+`reading`, `measures`, `published` and `comparison` (`compare_runs`); the renderers -
+`markdown`, `output` (the files), `plots` and `html` (report.html) - read the model, which
+imports none of them. `__main__` is the command line. A run's label is the one its folder
+stored (`eval.runs.read_run_info`), else the folder's name: nothing here reads a config's
+shape beyond its dataset, limit, prompts and eval settings.
+
+Decisions worth knowing:
+
+* Scores come from each task's ``per_query.jsonl``; only a metric it lacks is recomputed
+  from ``run.trec`` and the qrels (``eval.evaluate`` under the run's own ``missing`` and
+  ``ties``). So a run's scores are the ones its own ``metrics.json`` averaged: every run's
+  mean is checked against it, and a disagreement, or a reason the check cannot be made
+  (damaged or absent metrics.json, a metric it lacks), is a note, never silence.
+* Runs are compared on the tasks they all have and, per task, on the queries they all
+  answered; whatever is dropped is listed in the notes. A query a run failed or ranked
+  nothing for counts as its metrics.json counted it: 0 under ``missing=zero``, left out
+  under ``missing=present`` (``eval.evaluate``'s one definition of a present query).
+* Overall significance pools the per-query scores of every task (task-prefixed query ids),
+  so a task with many queries weighs more there than in Avg, which is a mean of task means.
+* A task whose ranking went through rerank stages is scored on its final stage (see
+  ``eval.runs``); its usage is the sum over every stage up to that one.
+* Usage is summed from the per-query records by ``Usage.add``, the runner's own rule, so a
+  run's cost is unknown as soon as one call was unpriced; the priced part is then shown as a
+  lower bound (see ``Cost``).
+* The charts mark a no-LLM baseline (`reference_run`): the baseline when no LLM had a part
+  in its ranking, else the first such run. A run says so in its folder (``llm_free``); an
+  older folder that does not counts as such when its records show no LLM call.
+* ``--reference r2med:<row>`` sets a published row (`eval.references`) beside the runs: its
+  figure for the metric on each compared task R2MED reports, and each run's difference from
+  it, per task and on the mean over those same tasks (never over tasks one side lacks). The
+  paper's figures are over every query of a task, so a run with ``--limit`` is noted.
+"""
+
+from eval.compare.comparison import DEFAULT_METRIC, TOP_MOVERS, compare_runs
+from eval.compare.markdown import comparison_markdown, published_markdown
+from eval.compare.model import (
+    CompareError,
+    Comparison,
+    Cost,
+    Delta,
+    Mover,
+    Published,
+    RunData,
+    TaskFiles,
+    leaderboard_rows,
+    reference_run,
+)
+from eval.compare.output import write_comparison
+from eval.compare.reading import load_run
+
+__all__ = [
+    "DEFAULT_METRIC",
+    "TOP_MOVERS",
+    "CompareError",
+    "Comparison",
+    "Cost",
+    "Delta",
+    "Mover",
+    "Published",
+    "RunData",
+    "TaskFiles",
+    "compare_runs",
+    "comparison_markdown",
+    "leaderboard_rows",
+    "load_run",
+    "published_markdown",
+    "reference_run",
+    "write_comparison",
+]
