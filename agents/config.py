@@ -178,6 +178,9 @@ class RunConfig:
     # recorded: sha256 of the chat template prompts are rendered with here (--server llamacpp:
     # the file given, or the one the server reports), as a prompt file's text is recorded
     chat_template_sha256: str | None = None
+    # recorded: task folder -> the index each remote:URL retriever serves it (the server's
+    # /health fingerprint: corpus, retriever settings, version), as a prompt's text is recorded
+    retriever_index: Mapping[str, Any] = field(default_factory=dict)
     # seconds an LLM or embedding call waits for the server's answer, per attempt
     timeout: float = DEFAULT_TIMEOUT_S
     # recorded: what decides a fresh run's outputs on this machine (llama.cpp's build and the
@@ -197,6 +200,7 @@ class RunConfig:
             except ValueError as e:
                 raise ConfigError(f"generations {self.generations!r}: {e}") from None
         object.__setattr__(self, "generation_sha256", dict(self.generation_sha256))
+        object.__setattr__(self, "retriever_index", dict(self.retriever_index))
         check_field(self, "limit", "", optional(positive_int), ConfigError)
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
         object.__setattr__(self, "rerank", stages)
@@ -383,7 +387,8 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     names = []
     for path in paths:
         top = path.split(".")[0]
-        grouped = ("options", "prompts", "rerank", "sampling", "machine", "generation_sha256")
+        grouped = ("options", "prompts", "rerank", "sampling", "machine", "generation_sha256",
+                   "retriever_index")
         name = by_path.get(path) or (top if top in grouped else path)
         if top == "options":
             name = path.split(".", 1)[1]

@@ -112,6 +112,8 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
                  source_dir=Path(config.source_run) / folder if source else None)
         for task, folder in zip(tasks, folders, strict=True)
     ]  # fmt: skip
+    if dry is None:  # the retrieval servers' indexes, checked to be over these corpora
+        config = dataclasses.replace(config, retriever_index=remote_indexes(config, plans))
     prompts = record_prompts(spec, config, plans, source)
     config = dataclasses.replace(config, prompts=prompts, sampling=record_sampling(config, source))
     if config.generations and source is None and dry is None:  # a rerank reads its source's
@@ -121,6 +123,25 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         )
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
+
+
+def remote_indexes(config: RunConfig, plans: list[TaskPlan]) -> dict[str, dict[str, Any]]:
+    """Task folder -> what each ``remote:`` retriever serves for it (its /health fingerprint);
+    a server without the task, or holding another corpus for it, is refused in one line."""
+    from eval.datasets import task_fingerprint
+    from retrievers.remote import check_index
+
+    parts = [part for part in config.retriever.parts if part.kind == "remote"]
+    if not parts:
+        return {}
+    return {
+        tp.folder: {
+            part.text: check_index(part.arg, tp.task.name,
+                                   task_fingerprint(tp.task)["corpus"], config.timeout)
+            for part in parts
+        }
+        for tp in plans
+    }  # fmt: skip
 
 
 def limited(task: Task, limit: int | None) -> dict[str, str]:

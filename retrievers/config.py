@@ -83,6 +83,7 @@ RETRIEVER_KINDS: dict[str, RetrieverKind] = {
     "bm25": RetrieverKind("none", "retrievers.search:build_bm25_member"),
     "dense": RetrieverKind("optional", "retrievers.search:build_dense_member"),
     "api": RetrieverKind("required", "retrievers.search:build_api_member"),
+    "remote": RetrieverKind("required", "retrievers.search:build_remote_member"),
 }
 
 RETRIEVERS: dict[str, str] = {
@@ -90,6 +91,7 @@ RETRIEVERS: dict[str, str] = {
     "dense": f"sentence-transformers embedder, default {DEFAULT_DENSE_MODEL} (offline)",
     "dense:<model>": "sentence-transformers embedder by hub name or local path",
     "api:<model>": "litellm embedding model, e.g. api:text-embedding-3-large",
+    "remote:<url>": "a retrieval server (python -m retrievers.serve), e.g. remote:http://h:8000",
     "<a>+<b>[+...]": "fusion of the listed retrievers (fusion.method), e.g. bm25+dense",
 }
 

@@ -11,6 +11,8 @@ sub-config:
   instruction set.
 * ``api:<litellm embedding model>``, e.g. ``api:text-embedding-3-large``; ``config.api``:
   api_base, batch size and extra litellm params, sent with every call.
+* ``remote:<url>``: a retrieval server's index of the task (`retrievers.remote`), searched over
+  HTTP: the server's retriever with the server's settings.
 * any ``+``-joined combination, e.g. ``bm25+dense``: the members' lists fused
   (``config.fusion``: method, RRF's k, depth per member).
 
@@ -90,7 +92,7 @@ def _build_one(
 ) -> Retriever:
     module, _, function = RETRIEVER_KINDS[part.kind].builder.partition(":")
     build = getattr(importlib.import_module(module), function)
-    if part.kind == "api":  # the only kind that calls a server
+    if part.kind in ("api", "remote"):  # the kinds that call a server
         return build(part, config, task, cache_dir, progress, device, transport=transport)
     return build(part, config, task, cache_dir, progress, device)
 
@@ -135,3 +137,12 @@ def build_api_member(part, config, task, cache_dir, progress, device, transport=
         transport=transport,
     )
     return DenseRetriever(index, name=part.text)
+
+
+def build_remote_member(
+    part, config, task, cache_dir, progress, device, transport=None
+) -> Retriever:
+    from .remote import DEFAULT_TIMEOUT_S, RemoteRetriever
+
+    timeout = (transport or {}).get("timeout", DEFAULT_TIMEOUT_S)
+    return RemoteRetriever(part.arg, task.name, timeout=timeout, name=part.text)

@@ -100,10 +100,13 @@ def no_retry_waits(monkeypatch):
     """Retries keep their count and order in tests, but never sleep."""
     import agents.llm.client
     import retrievers.api_embed
+    import retrievers.remote
 
     monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0.0)
     monkeypatch.setattr(retrievers.api_embed, "RETRY_MIN_WAIT_S", 0.0)
     monkeypatch.setattr(retrievers.api_embed, "RETRY_MAX_WAIT_S", 0.0)
+    monkeypatch.setattr(retrievers.remote, "RETRY_MIN_WAIT_S", 0.0)
+    monkeypatch.setattr(retrievers.remote, "RETRY_MAX_WAIT_S", 0.0)
 
 
 @pytest.fixture(scope="session")

@@ -42,6 +42,7 @@ import pytest
 
 import agents.llm.sampling
 import agents.machine
+import agents.plan
 import agents.rerank.cross
 from agents import config as cfg
 from agents.config import RunConfig, StageConfig
@@ -66,7 +67,7 @@ REVIEWED_LLM_RUNTIME = {"cache", "concurrency", "rate_limit", "routing"}
 
 # Fields the run records rather than takes: a refusal caused by another setting may name them
 # too (a new model changes what each node is sent), never instead of the setting itself.
-RECORDED = ("prompts", "sampling", "generation_sha256", "chat_template_sha256")
+RECORDED = ("prompts", "sampling", "generation_sha256", "chat_template_sha256", "retriever_index")
 
 
 # --- the fields, from the dataclasses ---------------------------------------------------------
@@ -261,6 +262,14 @@ def _other_machine(ctx: Context) -> RunConfig:
     return ctx.scenario.config
 
 
+def _other_index(ctx: Context) -> RunConfig:
+    """A retrieval server holding another index than the run was made with (what
+    tests/test_serve.py's remote runs record, served by a real server)."""
+    other = {"demo": {"remote:http://127.0.0.1:9": {"corpus": "another", "settings": "x"}}}
+    ctx.monkeypatch.setattr(agents.plan, "remote_indexes", lambda config, plans: other)
+    return ctx.scenario.config
+
+
 # ChatML as a Jinja chat template: the llamacpp base run's --chat-template file
 CHATML_JINJA = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -302,6 +311,7 @@ RECORDED_CHANGES: dict[str, Callable[[Context], RunConfig]] = {
     "generation_sha256": _other_generations,
     "chat_template_sha256": _other_template_text,
     "machine": _other_machine,
+    "retriever_index": _other_index,
 }
 
 

@@ -168,7 +168,9 @@ def test_spec_forms():
     for bad in ("bm26", "dense+colbert", "api", "bm25:okapi", ""):
         with pytest.raises(ValueError, match="valid: bm25, dense, dense:<model>, api:<model>"):
             parse_spec(bad)
-    assert list(RETRIEVERS) == ["bm25", "dense", "dense:<model>", "api:<model>", "<a>+<b>[+...]"]
+    assert list(RETRIEVERS) == [
+        "bm25", "dense", "dense:<model>", "api:<model>", "remote:<url>", "<a>+<b>[+...]"
+    ]  # fmt: skip
 
 
 def test_every_field_has_one_line_of_help():
