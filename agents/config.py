@@ -81,6 +81,9 @@ class LLMConfig:
     server: str = "auto"  # what serves api_base (agents.llm.serving): how a turn is continued
     chat_template: str | None = None  # llamacpp: chatml, a Jinja file or a tokenizer folder
     routing: str = "simple-shuffle"  # several api_base URLs: how requests are spread
+    # local/ models: llama.cpp instances serving the calls (None: as many as the cores and the
+    # concurrency allow, within the available memory); outputs do not depend on it
+    local_instances: int | None = None
 
     def __post_init__(self) -> None:
         for name, checker in (
@@ -93,6 +96,7 @@ class LLMConfig:
             ("repetition_penalty", optional(positive_float)),
             ("concurrency", optional(positive_int)),
             ("rate_limit", optional(positive_float)),
+            ("local_instances", optional(positive_int)),
             ("cache", one_of(CACHE_MODES)),
             ("server", one_of(SERVERS)),
             ("routing", one_of(ROUTINGS)),
@@ -314,7 +318,7 @@ def default_run_name(config: RunConfig, variant: str | None = None) -> str:
 # --- serialising ---------------------------------------------------------------------------
 
 RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files", "timeout", "machine")  # not what
-LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing")  # how fast, not what
+LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing", "local_instances")  # how fast
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -507,6 +511,13 @@ SETTINGS: dict[str, Setting] = {
     "concurrency": Setting("llm.concurrency", "queries in flight", positive_int),
     "rate_limit": Setting(
         "llm.rate_limit", "cap on LLM requests per second", positive_float, metavar="PER_SECOND"
+    ),
+    "local_instances": Setting(
+        "llm.local_instances",
+        "embedded models: llama.cpp instances serving the calls (default: as many as the cores "
+        "and --concurrency allow, within the available memory); outputs do not change",
+        positive_int,
+        metavar="N",
     ),
     "depth": Setting("eval.depth", "documents kept per query", positive_int),
     "missing": Setting(

@@ -90,18 +90,6 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         cache_dir = writable_folder(config.cache_dir or default_cache_dir(), "--cache-dir")
     else:
         cache_dir = Path(config.cache_dir or default_cache_dir()).expanduser()
-    llms = make_llms(config, None if dry else cache_dir, dry)
-    if dry is None:
-        # a llama.cpp server that reports no chat template is refused before anything else
-        for client in llms.values():
-            client.prepare()
-        templates = [c.template.sha256 for c in llms.values() if c.template is not None]
-        if templates:
-            config = dataclasses.replace(config, chat_template_sha256=templates[0])
-        from agents import machine
-
-        embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
-        config = dataclasses.replace(config, machine=machine.describe(embedded))
     spec = AGENTS[config.agent]
     source = read_source_run(config) if config.source_run else None
     overrides = {name: Path(path) for name, path in config.prompt_files.items()}
@@ -121,6 +109,24 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         config = dataclasses.replace(
             config, generation_sha256={p.folder: p.generations.sha256 for p in plans}
         )
+    # the clients last, once every input is checked: sizing the embedded model's pool reads
+    # (and first joins) its file, and a llama.cpp server is asked for its chat template
+    pools = {} if dry is not None else local_pools(config, cache_dir)
+    llms = make_llms(config, None if dry else cache_dir, dry, pools)
+    if dry is None:
+        # a llama.cpp server that reports no chat template is refused before any run folder
+        for client in llms.values():
+            client.prepare()
+        templates = [c.template.sha256 for c in llms.values() if c.template is not None]
+        if templates:
+            config = dataclasses.replace(config, chat_template_sha256=templates[0])
+        from agents import machine
+
+        embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
+        described = machine.describe(embedded)
+        if pools:  # how many llama.cpp instances serve each embedded model, and why
+            described = {**described, "local_pool": {m: p.to_dict() for m, p in pools.items()}}
+        config = dataclasses.replace(config, machine=described)
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
 
@@ -273,8 +279,19 @@ def read_generations(config: RunConfig, plans: list[TaskPlan], cache_dir: Path) 
             log.warning("%s", line)
 
 
+def local_pools(config: RunConfig, cache_dir: Path) -> dict[str, Any]:
+    """model -> the llama.cpp instances that serve each local/ model the run calls."""
+    if config.llm is None:
+        return {}
+    from agents.llm.local import pool_plan
+
+    llm = config.llm
+    models = dict.fromkeys(m for m, _ in config.llm_targets() if m.startswith("local/"))
+    return {m: pool_plan(m, cache_dir, llm.local_instances, llm.concurrency) for m in models}
+
+
 def make_llms(
-    config: RunConfig, cache_dir: Path | None, dry: Any = None
+    config: RunConfig, cache_dir: Path | None, dry: Any = None, pools: dict | None = None
 ) -> dict[tuple[str, str | None], Any]:
     """One client per (model, api_base) the run calls, so each has its own rate limit."""
     if config.llm is None:
@@ -295,6 +312,7 @@ def make_llms(
             routing=llm.routing,
             timeout=config.timeout,
             dry=dry,
+            local_pool=(pools or {}).get(model),
         )
         for model, api_base in config.llm_targets()
     }

@@ -4,13 +4,14 @@
 
 On loopback only. Builds the bundled demo's BM25 and dense (the bundled MiniLM, cpu) retrievers
 in-process with `retrievers.search.build_retriever`, from the same settings `agents.run` and
-the server make of the same flags (the in-process build fills the cache; the servers load
-their index from it), then starts three servers as subprocesses with ``--port 0``: BM25, dense
-with ``--max-batch 64`` (the default) and dense with ``--max-batch 1``. For each retriever and
-each client count N, N threads (one keep-alive httpx client each) send the demo's queries to
-``POST /search``, one query per request as ``--retriever remote:`` sends them, and the script
-prints queries per second and p50/p99 latency beside the same queries searched in-process one
-at a time, in the same run; then the batching gain of dense (max-batch 64 vs 1 at N clients).
+the server make of the same flags, and starts three servers as subprocesses with ``--port 0``,
+each once its index is in the cache (the in-process build fills it; a server loads it from
+there): BM25, dense with ``--max-batch 64`` (the default) and dense with ``--max-batch 1``.
+For each retriever and each client count N, N threads (one keep-alive httpx client each)
+send the demo's queries to ``POST /search``, one query per request as ``--retriever remote:``
+sends them, and the script prints queries per second and p50/p99 latency beside the same
+queries searched in-process one at a time, in the same run; then the batching gain of dense
+(max-batch 64 vs 1 at N clients).
 
 Every served ranking is checked against the in-process one: BM25 and dense at max-batch 1 must
 be identical (ids and scores); dense at max-batch 64 is searched in batches of whatever arrived
@@ -18,8 +19,9 @@ together, and its agreement is printed (a bf16 encoder's vectors change with the
 encoded in, see docs/serving.md).
 
 Faults, each asserted while 4 ordinary clients keep searching the BM25 server: garbage JSON
-(422 with a one-line ``{"error"}``), a query over ``--max-query-chars`` (413), a body over
-``--max-body-bytes`` (413), a client that closes its socket right after sending a request, and
+and bytes that are not text (422 with a one-line ``{"error"}``), a query over
+``--max-query-chars`` to /search and /retrieve (413), a body over ``--max-body-bytes`` (413),
+a client that closes its socket right after sending a request (orderly, and with a reset), and
 one that closes it halfway through the body. The ordinary clients' results must all be
 identical to the in-process ranking and none may fail; the server must still answer after.
 Every server is stopped with SIGTERM and must exit 0.
@@ -74,6 +76,7 @@ class Server:
     url: str = ""
     stderr: list[str] = field(default_factory=list)
     _ready: threading.Event = field(default_factory=threading.Event)
+    _terminated: bool = False
 
     def start(self, env: dict[str, str]) -> None:
         argv = [sys.executable, "-m", "retrievers.serve", "--dataset", "demo", "--host", HOST,
@@ -85,7 +88,7 @@ class Server:
     def _drain(self) -> None:  # reads stderr to its end, so the pipe never fills
         assert self.proc is not None and self.proc.stderr is not None
         for line in self.proc.stderr:
-            self.stderr.append(line.rstrip("\n"))
+            self.stderr.append(line.rstrip("\n").split("\r")[-1])  # a progress bar's last
             found = re.search(r"^serving .* at (http://\S+)$", line.strip())
             if found and not self.url:
                 self.url = found.group(1)
@@ -97,20 +100,28 @@ class Server:
         if not self._ready.wait(START_TIMEOUT_S) or not self.url:
             self.proc.kill()
             tail = "\n".join(self.stderr[-20:])
-            raise SystemExit(f"server {self.label} did not start (exit {self.proc.poll()}):\n{tail}")
+            raise SystemExit(
+                f"server {self.label} did not start (exit {self.proc.poll()}):\n{tail}"
+            )
+
+    def terminate(self) -> None:
+        if self.proc is not None and self.proc.poll() is None and not self._terminated:
+            self.proc.send_signal(signal.SIGTERM)
+            self._terminated = True
 
     def stop(self) -> int:
-        """SIGTERM, then wait: its exit status."""
+        """SIGTERM (unless sent already), then wait: its exit status."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             return self.proc.wait(STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise SystemExit(f"server {self.label} ignored SIGTERM for {STOP_TIMEOUT_S} s") from None
+            raise SystemExit(
+                f"server {self.label} ignored SIGTERM for {STOP_TIMEOUT_S} s"
+            ) from None
 
     def health(self) -> dict[str, Any]:
         response = httpx.get(f"{self.url}/health", timeout=30, trust_env=False)
@@ -198,6 +209,10 @@ def served(url: str, clients: int, per_client: list[list[str]], texts: dict[str,
                 errors)  # fmt: skip
 
 
+def n_clients(n: int) -> str:
+    return f"{n} client" if n == 1 else f"{n} clients"
+
+
 def split(order: list[str], clients: int) -> list[list[str]]:
     """``order`` dealt round-robin to the clients: each starts on a different query."""
     return [order[i::clients] for i in range(clients)]
@@ -250,8 +265,9 @@ def faults(url: str, text: str, rounds: int) -> dict[str, str]:
     good = json.dumps({"k": 100, "requests": [{"query": text}]}).encode()
     with httpx.Client(timeout=60, trust_env=False) as http:
         for _ in range(rounds):
-            for label, content in (("garbage JSON", b'{"k": 100, "requests": [{"query": '),
-                                   ("bytes that are not text", b"\xff\xfe\x00garbage")):  # fmt: skip
+            garbage = {"garbage JSON": b'{"k": 100, "requests": [{"query": ',
+                       "bytes that are not text": b"\xff\xfe\x00garbage"}  # fmt: skip
+            for label, content in garbage.items():
                 r = http.post(f"{url}/search", content=content,
                               headers={"content-type": "application/json"})  # fmt: skip
                 reasons[label] = assert_refused(r, 422, label)
@@ -261,7 +277,9 @@ def faults(url: str, text: str, rounds: int) -> dict[str, str]:
             r = http.post(f"{url}/retrieve", json={"queries": [huge]})
             reasons["the same query to /retrieve"] = assert_refused(r, 413, "huge /retrieve")
             big = b'{"k": 10, "requests": [{"query": "' + b"a" * MAX_BODY_BYTES + b'"}]}'
-            r = http.post(f"{url}/search", content=big, headers={"content-type": "application/json"})
+            r = http.post(
+                f"{url}/search", content=big, headers={"content-type": "application/json"}
+            )
             reasons[f"body of {len(big):,} bytes"] = assert_refused(r, 413, "huge body")
             raw_request(url, good)  # gone right after sending
             raw_request(url, good, reset=True)  # the same, with a reset
@@ -291,19 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     ids = list(texts)
     order = [ids[i % len(ids)] for i in range(args.queries)]
 
-    # In-process, from the settings agents.run and the server make of the same flags.
-    specs = {"bm25": {"retriever": "bm25"}, "dense": {"retriever": "dense", "device": "cpu"}}
-    retrievers = {}
-    for name, settings in specs.items():
-        config = from_settings({"dataset": "demo", **settings}).retriever
-        retrievers[name] = build_retriever(config, task, cache_dir, progress=False)
-
-    def searcher(name: str) -> Callable[[str], Ranking]:
-        return lambda text: retrievers[name].search(SearchRequest(text), args.k)
-
-    expected = {name: {q: searcher(name)(texts[q]) for q in ids} for name in retrievers}
-    local = {name: in_process(searcher(name), order, texts) for name in retrievers}
-
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     servers = {
         "bm25": Server("bm25", ["--retriever", "bm25", "--max-query-chars",
@@ -313,10 +318,25 @@ def main(argv: list[str] | None = None) -> int:
                                       "--max-batch", "1"]),
     }  # fmt: skip
     try:
-        for server in servers.values():  # started together; they load their indexes at once
-            server.start(env)
+        # In-process, from the settings agents.run and the server make of the same flags. Each
+        # index is built here first, into the cache its servers then load it from.
+        specs = {"bm25": {"retriever": "bm25"}, "dense": {"retriever": "dense", "device": "cpu"}}
+        retrievers = {}
+        for name, settings in specs.items():
+            config = from_settings({"dataset": "demo", **settings}).retriever
+            retrievers[name] = build_retriever(config, task, cache_dir, progress=False)
+            for server in servers.values():
+                if server.flags[1] == name:  # started while the next index builds
+                    server.start(env)
         for server in servers.values():
             server.wait_ready()
+
+        def searcher(name: str) -> Callable[[str], Ranking]:
+            return lambda text: retrievers[name].search(SearchRequest(text), args.k)
+
+        # measured with the servers up and idle
+        expected = {name: {q: searcher(name)(texts[q]) for q in ids} for name in retrievers}
+        local = {name: in_process(searcher(name), order, texts) for name in retrievers}
         print(f"demo: {len(task.corpus)} documents, {len(ids)} queries, {args.queries} searches "
               f"of depth {args.k} per measurement, one query per request; 3 servers on {HOST}, "
               f"load average {os.getloadavg()[0]:.2f} at start")  # fmt: skip
@@ -334,12 +354,14 @@ def main(argv: list[str] | None = None) -> int:
                     bad = mismatches(load, expected[name])
                     assert not bad, f"{label} at {n} clients: rankings differ for {bad[:5]}"
                 tag = "dense --max-batch 1" if label == "dense-1" else label
-                print(f"  {tag} /search {n} clients: {load.qps:.0f} q/s, p50 {load.p50_ms:.2f} ms,"
-                      f" p99 {load.p99_ms:.2f} ms, {load.qps / local[name].qps:.2f}x in-process")
+                print(
+                    f"  {tag} /search {n_clients(n)}: {load.qps:.0f} q/s, p50 {load.p50_ms:.2f} ms,"
+                    f" p99 {load.p99_ms:.2f} ms, {load.qps / local[name].qps:.2f}x in-process"
+                )
 
         for n in counts:
             gain = loads["dense", n].qps / loads["dense-1", n].qps
-            print(f"  dense batching gain at {n} clients: {gain:.2f}x (max-batch 64 vs 1)")
+            print(f"  dense batching gain at {n_clients(n)}: {gain:.2f}x (max-batch 64 vs 1)")
         info = servers["dense"].health()["served"]
         print(f"  dense --max-batch 64 served {info['queries']} queries in {info['batches']} "
               f"batches, the largest {info['largest_batch']}")  # fmt: skip
@@ -360,8 +382,11 @@ def main(argv: list[str] | None = None) -> int:
         keep_going.set()
         ordinary: list[Load] = []
         minimum = max(8, args.queries // 4)
-        load_thread = threading.Thread(target=lambda: ordinary.append(
-            served(server.url, 4, split(order[:minimum * 4], 4), texts, args.k, keep_going)))
+        load_thread = threading.Thread(
+            target=lambda: ordinary.append(
+                served(server.url, 4, split(order[: minimum * 4], 4), texts, args.k, keep_going)
+            )
+        )
         load_thread.start()
         time.sleep(0.2)
         try:
@@ -381,12 +406,22 @@ def main(argv: list[str] | None = None) -> int:
         for label, reason in reasons.items():
             print(f"  fault {label}: refused, {reason}")
         gone = after["served"]["queries"] - before - len(load.results) - 4  # 4: warm-ups
-        print(f"  faults: {len(load.results)} searches of 4 other clients during them, all "
-              f"identical to in-process (asserted), p99 {load.p99_ms:.2f} ms; {gone} queries of "
-              "the clients that disconnected were searched anyway; the server answers after")
+        print(
+            f"  faults: {len(load.results)} searches of 4 other clients during them, all "
+            f"identical to in-process (asserted), p99 {load.p99_ms:.2f} ms; {gone} queries of "
+            "the clients that disconnected were searched anyway; the server answers after"
+        )
     finally:
+        for server in servers.values():  # all at once, then each waited for
+            server.terminate()
         codes = {label: server.stop() for label, server in servers.items()}
     assert all(code == 0 for code in codes.values()), f"exit status after SIGTERM: {codes}"
+    for label, server in servers.items():  # nothing but the line saying it serves (and
+        # transformers' "Loading weights" bar, which --quiet does not silence): no traceback
+        other = [
+            x for x in server.stderr if x.strip() and not x.startswith(("serving ", "Loading "))
+        ]
+        assert not other, f"server {label} wrote to stderr:\n" + "\n".join(other[-20:])
     print(f"  SIGTERM: every server exited 0 ({', '.join(codes)}); whole run "
           f"{time.perf_counter() - started:.0f} s")  # fmt: skip
     return 0

@@ -2,8 +2,10 @@
 of a local index, so that many agent workers share one index.
 
 Each search is one POST to the server's native ``/search`` endpoint: the request's fields in,
-document ids and scores out, exactly as the server's retriever ranked them (JSON carries every
-float exactly), so a run's rankings equal the local retriever's for the same spec. The server's
+document ids and scores out as the server's retriever ranked them (JSON carries every float
+exactly), so a run's rankings equal the local retriever's for the same spec: exactly for BM25,
+and for dense with a server started with ``--max-batch 1`` (a batched encode may swap
+near-ties, see retrievers/serve/app.py). The server's
 ``/health`` names, per task, the fingerprint of the index it holds (corpus, retriever settings,
 version): `check_index` refuses a server holding another corpus for the task in one line, and
 the run folder binds to that fingerprint. A server that stops answering is retried, then the
@@ -41,8 +43,12 @@ def _url(base: str) -> str:
 
 
 def _client(timeout: float | None) -> Any:
+    import logging
+
     import httpx
 
+    # httpx logs every request at INFO: one line per search on a run's stderr
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     return httpx.Client(timeout=timeout, trust_env=False)
 
 

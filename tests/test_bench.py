@@ -37,6 +37,13 @@ EXPECTED: dict[str, list[str]] = {
         rf"^(  ours bm25q vs bm25s numba +{RATIOS}|skipped bm25s numba: numba not installed)",
         rf"^  >= 100x faster than rank_bm25: {NUM}x",
     ],
+    "local_bench.py": [
+        r"^smollm2-135m: 1 vs \d+ instances \(",
+        rf"^  generation-heavy .*: 1 instance {NUM} s, \d+ instances {NUM} s: {NUM}x; outputs "
+        r"identical \(asserted\)$",
+        rf"^  prompt-heavy .*: {NUM}x; outputs identical \(asserted\)$",
+        rf"^  main job, \d+ instance\(s\): {NUM} s; floor {NUM} s ",
+    ],
     "llama_kernels.py": [
         r"^llama\.cpp build: .*AVX2.*; smollm2-135m, 2 prompts, 8 tokens$",
         r"^  threads: same outputs on 2 of 2 prompts$",  # the thread count changes nothing
@@ -67,6 +74,17 @@ EXPECTED: dict[str, list[str]] = {
         rf"^fp32: {NUM} docs/s",
         rf"^bf16/fp32 speed ratio: {NUM}",
         rf"^top-10 overlap over 4 queries: mean {NUM}, min {NUM}; same top-1 {NUM}",
+    ],
+    # served rankings equal to in-process ones and the faults are asserted in the script
+    "serve_bench.py": [
+        rf"^  bm25 /search 4 clients: {NUM} q/s, p50 {NUM} ms, p99 {NUM} ms, {NUM}x in-process$",
+        rf"^  dense /search 4 clients: {NUM} q/s, p50 {NUM} ms, p99 {NUM} ms, {NUM}x in-process$",
+        rf"^  dense batching gain at 4 clients: {NUM}x \(max-batch 64 vs 1\)$",
+        r"^  dense --max-batch 64 vs in-process: same top 10 for \d+ of \d+ searches",
+        r"^  fault garbage JSON: refused, .+$",
+        r"^  fault query of [\d,]+ characters: refused, .*--max-query-chars",
+        r"^  faults: \d+ searches of 4 other clients during them, all identical to in-process",
+        r"^  SIGTERM: every server exited 0 \(bm25, dense, dense-1\)",
     ],
 }
 GENERIC = rf"{NUM}x\b|ratio[^\n]*: {NUM}"  # for a script without an entry above

@@ -63,7 +63,7 @@ UNREACHABLE = "http://127.0.0.1:9/v1"  # never called: a refused run stops befor
 # it silently (its change then resumes a run made with another value), so such a move must
 # change this line too.
 REVIEWED_RUNTIME = {"runs_dir", "run_name", "cache_dir", "prompt_files", "timeout", "machine"}
-REVIEWED_LLM_RUNTIME = {"cache", "concurrency", "rate_limit", "routing"}
+REVIEWED_LLM_RUNTIME = {"cache", "concurrency", "rate_limit", "routing", "local_instances"}
 
 # Fields the run records rather than takes: a refusal caused by another setting may name them
 # too (a new model changes what each node is sent), never instead of the setting itself.

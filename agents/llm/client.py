@@ -281,6 +281,9 @@ class LLM:
     # a dry run's worst-case model (agents.llm.dry.DryModel): every call is answered and
     # counted there, and nothing is sent, cached or asked of a server
     dry: Any = field(default=None, compare=False)
+    # local/ models: the llama.cpp instances that serve it (agents.llm.local.PoolPlan; None:
+    # one instance)
+    local_pool: Any = field(default=None, compare=False)
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
     _router: Any = field(default=None, init=False, repr=False, compare=False)
@@ -379,7 +382,10 @@ class LLM:
             # Imported here so that API-only setups never load the local model stack.
             from agents.llm.local import register_local_provider
 
-            register_local_provider(self.cache_dir)
+            if self.local_pool is None:
+                register_local_provider(self.cache_dir)
+            else:
+                register_local_provider(self.cache_dir, pool=self.local_pool)
             self._local_ready = True
 
         start = time.perf_counter()

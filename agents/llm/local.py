@@ -32,13 +32,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import asyncio
 import atexit
+import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import queue
 import random
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,7 +332,6 @@ def _piece(llm: Any, token: int) -> str:
     return llm.detokenize([token]).decode("utf-8", errors="replace")
 
 
-_loaded: dict[tuple[str, int], LoadedModel] = {}
 _loading = threading.Lock()
 # Set on Ctrl-C (agents.interrupt): a generation in a worker thread stops at its next token,
 # so the interpreter is not kept waiting for it at exit.
@@ -344,48 +347,177 @@ def _close_models() -> None:
     # Freed before the interpreter tears down llama_cpp's module globals; left to the
     # garbage collector, every process that loaded a model ends with a TypeError from
     # Llama.__del__ on stderr.
-    for loaded in _loaded.values():
-        loaded.llm.close()
-    _loaded.clear()
+    for pool in _pools.values():
+        for loaded in pool.instances:
+            loaded.llm.close()
+    _pools.clear()
     for tok in _tokenizers.values():
         tok.llm.close()
     _tokenizers.clear()
 
 
-def load_model(
-    name: str, cache_dir: Path | None = None, n_ctx: int | None = None, seed: int = 0
-) -> LoadedModel:
-    """The process-wide llama.cpp instance of a local model, loaded at first use."""
+@dataclass(frozen=True)
+class PoolPlan:
+    """How many llama.cpp instances serve a model, and each one's threads: recorded in a run's
+    config.json (``machine.local_pool``)."""
+
+    instances: int
+    n_threads: int  # generation threads per instance
+    n_threads_batch: int  # prompt-evaluation threads per instance
+    reason: str  # why this many, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SINGLE = PoolPlan(1, N_THREADS, N_THREADS_BATCH, "one instance")
+HEADROOM_BYTES = 1 << 30  # left free for the rest of the process (retrievers, Python, ...)
+COMPUTE_BYTES = 64 << 20  # llama.cpp's compute buffers per context, rounded up
+
+
+def cpu_count() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def memory_available() -> int | None:
+    """Bytes the kernel says can be used without swapping (MemAvailable), where it says."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def instance_bytes(path: Path, n_ctx: int) -> int:
+    """What one more instance may take: its weights (counted whole, though the mapped file is
+    shared), its f16 KV cache for ``n_ctx`` tokens (from the GGUF's own dimensions) and its
+    compute buffers."""
+    tok = vocabulary(path)
+    meta = dict(tok.llm.metadata)
+    tok.llm.close()
+    arch = meta.get("general.architecture", "")
+    layers = int(meta.get(f"{arch}.block_count", 32))
+    heads = int(meta.get(f"{arch}.attention.head_count", 32))
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    width = int(meta.get(f"{arch}.embedding_length", 4096))
+    kv = n_ctx * layers * 2 * kv_heads * (width // heads) * 2
+    return path.stat().st_size + kv + COMPUTE_BYTES
+
+
+def pool_plan(
+    name: str,
+    cache_dir: Path | None = None,
+    requested: int | None = None,
+    concurrency: int = 1,
+    n_ctx: int | None = None,
+) -> PoolPlan:
+    """The instances a run starts for a model: ``requested`` (None: as many as the cores and
+    the run's concurrency allow), never more than the available memory holds."""
+    short, model = _lookup(name)
+    cores = cpu_count()
+    wanted = requested if requested is not None else min(cores, concurrency)
+    why = (f"--local-instances {requested}" if requested is not None
+           else f"auto: {cores} cores, concurrency {concurrency}")  # fmt: skip
+    available = memory_available()
+    if wanted > 1 and available is not None:
+        each = instance_bytes(model_file(short, cache_dir), n_ctx or model.n_ctx)
+        fits = max(1, (available - HEADROOM_BYTES) // each)
+        if fits < wanted:
+            wanted = int(fits)
+            why += f"; memory: {available / 2**30:.1f} GiB available holds {fits}"
+    if wanted <= 1:
+        return dataclasses.replace(SINGLE, reason=why if cores > 1 else f"{why} (1 core)")
+    # generation runs one thread per instance (two stall here, see N_THREADS); prompts share
+    # the cores between the instances
+    return PoolPlan(wanted, 1, max(1, cores // wanted), why)
+
+
+@dataclass
+class ModelPool:
+    """A model's llama.cpp instances; each call takes whichever is free."""
+
+    plan: PoolPlan
+    instances: list[LoadedModel]
+    _free: queue.SimpleQueue = dataclasses.field(default_factory=queue.SimpleQueue)
+
+    def __post_init__(self) -> None:
+        for instance in self.instances:
+            self._free.put(instance)
+
+    @contextlib.contextmanager
+    def instance(self) -> Iterator[LoadedModel]:
+        loaded = self._free.get()
+        try:
+            yield loaded
+        finally:
+            self._free.put(loaded)
+
+
+_pools: dict[tuple[str, int, PoolPlan], ModelPool] = {}
+
+
+def load_pool(
+    name: str,
+    cache_dir: Path | None = None,
+    n_ctx: int | None = None,
+    seed: int = 0,
+    plan: PoolPlan = SINGLE,
+) -> ModelPool:
+    """The process-wide pool of a local model's instances, loaded at first use. Every
+    instance evaluates each prompt afresh, so a call's output does not depend on which
+    instance runs it; they share one seed sequence for requests without a seed."""
     short, model = _lookup(name)
     n_ctx = n_ctx or model.n_ctx
     with _loading:
-        key = (short, n_ctx)
-        if key not in _loaded:
-            from llama_cpp import Llama  # imported late: a heavy native library
-
+        key = (short, n_ctx, plan)
+        if key not in _pools:
             path = model_file(short, cache_dir)
-            start = time.perf_counter()
-            llm = Llama(
-                model_path=str(path),
-                n_ctx=n_ctx,
-                n_threads=N_THREADS,
-                n_threads_batch=N_THREADS_BATCH,
-                seed=seed,
-                verbose=False,
-            )
-            template = llm.metadata.get("tokenizer.chat_template", "")
-            if "<|im_start|>" not in template:
-                raise LocalModelError(f"{path}: chat template is not ChatML: {template[:200]!r}")
-            im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
-            _loaded[key] = LoadedModel(
-                name=short,
-                llm=llm,
-                lock=threading.Lock(),
-                rng=random.Random(seed),
-                end_of_turn=frozenset([llm.token_eos(), *im_end[:1]]),
-                load_seconds=time.perf_counter() - start,
-            )
-        return _loaded[key]
+            rng = random.Random(seed)
+            instances = [_load_instance(short, path, n_ctx, seed, plan, rng)
+                         for _ in range(plan.instances)]  # fmt: skip
+            _pools[key] = ModelPool(plan, instances)
+        return _pools[key]
+
+
+def load_model(
+    name: str, cache_dir: Path | None = None, n_ctx: int | None = None, seed: int = 0
+) -> LoadedModel:
+    """The process-wide single llama.cpp instance of a local model, loaded at first use."""
+    return load_pool(name, cache_dir, n_ctx, seed).instances[0]
+
+
+def _load_instance(
+    short: str, path: Path, n_ctx: int, seed: int, plan: PoolPlan, rng: random.Random
+) -> LoadedModel:
+    from llama_cpp import Llama  # imported late: a heavy native library
+
+    start = time.perf_counter()
+    llm = Llama(
+        model_path=str(path),
+        n_ctx=n_ctx,
+        n_threads=plan.n_threads,
+        n_threads_batch=plan.n_threads_batch,
+        seed=seed,
+        verbose=False,
+    )
+    template = llm.metadata.get("tokenizer.chat_template", "")
+    if "<|im_start|>" not in template:
+        raise LocalModelError(f"{path}: chat template is not ChatML: {template[:200]!r}")
+    im_end = llm.tokenize(b"<|im_end|>", add_bos=False, special=True)
+    return LoadedModel(
+        name=short,
+        llm=llm,
+        lock=threading.Lock(),
+        rng=rng,
+        end_of_turn=frozenset([llm.token_eos(), *im_end[:1]]),
+        load_seconds=time.perf_counter() - start,
+    )
 
 
 @dataclass
@@ -406,19 +538,25 @@ class Tokenizer:
 _tokenizers: dict[str, Tokenizer] = {}
 
 
+def vocabulary(path: Path) -> Tokenizer:
+    """A GGUF file's vocabulary and metadata alone (no weights, no context)."""
+    from llama_cpp import Llama
+    from llama_cpp._utils import suppress_stdout_stderr
+
+    # llama.cpp warns on stderr that a vocabulary has no context size
+    with suppress_stdout_stderr(disable=False):
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    return Tokenizer(path.stem, llm)
+
+
 def tokenizer(name: str, cache_dir: Path | None = None) -> Tokenizer:
     """The process-wide tokenizer of a local model, loaded (vocabulary only) at first use."""
     short, _ = _lookup(name)
     with _loading:
         if short not in _tokenizers:
-            from llama_cpp import Llama
-            from llama_cpp._utils import suppress_stdout_stderr
-
-            path = model_file(short, cache_dir)
-            # llama.cpp warns on stderr that a vocabulary has no context size
-            with suppress_stdout_stderr(disable=False):
-                llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
-            _tokenizers[short] = Tokenizer(short, llm)
+            _tokenizers[short] = dataclasses.replace(
+                vocabulary(model_file(short, cache_dir)), name=short
+            )
     return _tokenizers[short]
 
 
@@ -568,18 +706,20 @@ class LocalLLM(CustomLLM):
         n_ctx: int | None = None,
         seed: int = 0,
         reuse_kv_cache: bool = False,
+        pool: PoolPlan = SINGLE,
     ):
         super().__init__()
         self.cache_dir = cache_dir
         self.n_ctx = n_ctx
         self.seed = seed
         self.reuse_kv_cache = reuse_kv_cache
+        self.pool = pool
 
     def _respond(
         self, model: str, messages: list, optional_params: dict, model_response: ModelResponse
     ) -> ModelResponse:
         try:
-            loaded = load_model(model, self.cache_dir, self.n_ctx, self.seed)
+            pool = load_pool(model, self.cache_dir, self.n_ctx, self.seed, self.pool)
         except (ValueError, LocalModelError) as exc:
             # A litellm error type passes through litellm unchanged (anything else becomes a
             # retryable APIConnectionError), and a missing model is no reason to retry.
@@ -595,11 +735,20 @@ class LocalLLM(CustomLLM):
                 model=model,
                 llm_provider=PROVIDER,
             )
-        default_system = LOCAL_MODELS[loaded.name].default_system
+        name = pool.instances[0].name
+        default_system = LOCAL_MODELS[name].default_system
         tools = params.get("tools")
         if tool_text.uses_tools(messages, tools):
             messages = tool_text.text_messages(messages, tools, default_system)
-        result = generate(
+        with pool.instance() as loaded:
+            result = self._generate(loaded, messages, default_system, params, stop)
+        return self._response(result, name, tools, model_response)
+
+    def _generate(
+        self, loaded: LoadedModel, messages: list, default_system: str | None, params: dict,
+        stop: Any,
+    ) -> Generation:  # fmt: skip
+        return generate(
             loaded,
             render_chatml(messages, default_system),
             max_tokens=params.get("max_tokens") or params.get("max_completion_tokens"),
@@ -614,6 +763,10 @@ class LocalLLM(CustomLLM):
             reuse_kv_cache=self.reuse_kv_cache,
             logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
         )
+
+    def _response(
+        self, result: Generation, name: str, tools: Any, model_response: ModelResponse
+    ) -> ModelResponse:
         text, calls = result.text, []
         if tools:
             text, calls = tool_text.parse_tool_calls(result.text, tool_text.tool_names(tools))
@@ -633,7 +786,7 @@ class LocalLLM(CustomLLM):
                 logprobs=choice_logprobs(result.logprobs),
             )
         ]
-        model_response.model = f"{PROVIDER}/{loaded.name}"
+        model_response.model = f"{PROVIDER}/{name}"
         model_response.created = int(time.time())
         model_response.usage = Usage(
             prompt_tokens=result.prompt_tokens,
@@ -660,14 +813,16 @@ def register_local_provider(
     n_ctx: int | None = None,
     seed: int = 0,
     reuse_kv_cache: bool = False,
+    pool: PoolPlan = SINGLE,
 ) -> None:
     """Serve "local/<name>" models through litellm. Idempotent; other providers are kept.
 
     `cache_dir` holds joined model files (None: $R2MED_AGENTS_CACHE or ~/.cache/r2med-agents),
     `n_ctx` overrides the model's context size, `seed` seeds sampling at temperature > 0 for
-    requests without a seed, and `reuse_kv_cache` trades determinism for speed (see generate).
-    A later call replaces the settings of an earlier one; models already loaded stay loaded.
+    requests without a seed, `reuse_kv_cache` trades determinism for speed (see generate), and
+    `pool` is how many instances serve each model (`pool_plan`). A later call replaces the
+    settings of an earlier one; models already loaded stay loaded.
     """
-    handler = LocalLLM(cache_dir, n_ctx, seed, reuse_kv_cache)
+    handler = LocalLLM(cache_dir, n_ctx, seed, reuse_kv_cache, pool)
     others = [item for item in litellm.custom_provider_map if item.get("provider") != PROVIDER]
     litellm.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": handler}]

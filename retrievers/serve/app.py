@@ -11,7 +11,10 @@ missing or 0 falls back to the server's ``--topk`` (theirs: 3). A server of seve
 with one task), "k": depth, "requests": [{"query", "expansion", "sparse_text", "dense_text"}]}``
 (every field of a `retrievers.base.SearchRequest`: what a HyDE passage, a query2doc text or a
 BM25-only text adds per request) in; ``{"results": [{"ids": [...], "scores": [...]}, ...],
-"fingerprint": {...}}`` out, ranked exactly as the retriever ranks in-process.
+"fingerprint": {...}}`` out, ranked as the retriever ranks in-process: exactly for BM25, and
+for dense retrievers exactly with ``--max-batch 1``; a batch pads its queries to the longest,
+which moves the last bits of an embedding (more in bf16), so near-ties may swap. An empty
+``queries`` or ``requests`` list is answered with an empty result, as Search-R1's server does.
 
 ``GET /documents/{doc_id}?task=NAME``: one document's text. ``GET /health``: status, the
 fingerprint of each task's index, the queue and what was served.
@@ -102,7 +105,10 @@ def make_app(
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        loc = first.get("loc", ())
+        if first.get("type") == "json_invalid":  # its loc ends in the byte offset
+            return refuse(422, f"body: invalid JSON at byte {loc[-1] if loc else 0}")
+        where = ".".join(str(p) for p in loc if p != "body") or "body"
         return refuse(422, f"{where}: {first.get('msg', 'invalid request')}")
 
     @app.middleware("http")
@@ -125,8 +131,6 @@ def make_app(
         return indexes[task]
 
     def check(n: int, texts: list[str], k: int) -> None:
-        if not n:
-            raise RefusedRequest(422, "no query in the request")
         if n > max_queue:  # could never be queued whole: not worth a retry
             raise RefusedRequest(413, f"{n:,} queries in one request; at most {max_queue:,} "
                                       "(--max-queue)")  # fmt: skip
@@ -138,6 +142,8 @@ def make_app(
                 raise RefusedRequest(413, f"query {i} is {len(text):,} characters; {limit}")
 
     async def search(index: ServedIndex, requests: list[SearchRequest], k: int) -> list[dict]:
+        if not requests:  # Search-R1's rollout asks with none in a turn where nobody searched
+            return []
         try:
             return await batcher.search(index, requests, k)
         except Busy as e:

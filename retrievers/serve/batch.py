@@ -5,8 +5,9 @@ Every query of every request waits in one queue; a single worker takes all that 
 retriever's batched search in a worker thread (a dense retriever encodes the group at once).
 While a batch runs, new queries gather for the next one, so the batch size follows the load
 with no added wait. The queue is bounded (``max_queue`` queries): past it a request is refused
-at once (`Busy`) rather than left to time out. A client that goes away has its queries
-dropped before they are searched; nobody else notices.
+at once (`Busy`) rather than left to time out. A client that goes away still has its queries
+searched (the web server does not cancel its handler), and the answer is dropped; a request
+that is cancelled has its queries skipped; nobody else notices either.
 """
 
 from __future__ import annotations

@@ -1,0 +1,99 @@
+"""A pool of embedded-model instances: as many as the cores, the concurrency and the memory
+allow, each call on whichever is free, every output the one a single instance gives."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from agents.llm import local
+from agents.llm.local import SINGLE, PoolPlan, generate, load_pool, pool_plan
+from agents.run import main as run_main
+
+MODEL = "local/smollm2-135m"  # shipped whole: nothing to join
+BIG = 64 << 30
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    def set_machine(cores: int, available: int | None) -> None:
+        monkeypatch.setattr(local, "cpu_count", lambda: cores)
+        monkeypatch.setattr(local, "memory_available", lambda: available)
+
+    return set_machine
+
+
+def test_auto_takes_the_cores_the_concurrency_allows(machine):
+    machine(2, BIG)
+    assert pool_plan(MODEL, concurrency=4) == PoolPlan(2, 1, 1, "auto: 2 cores, concurrency 4")
+    machine(8, BIG)
+    assert pool_plan(MODEL, concurrency=4) == PoolPlan(4, 1, 2, "auto: 8 cores, concurrency 4")
+    assert pool_plan(MODEL, concurrency=1).instances == 1  # one query at a time: one instance
+    assert pool_plan(MODEL, requested=3, concurrency=1) == PoolPlan(3, 1, 2,
+                                                                    "--local-instances 3")
+
+
+def test_one_core_or_little_memory_gets_one_instance_and_says_why(machine):
+    machine(1, BIG)
+    plan = pool_plan(MODEL, concurrency=4)
+    assert (plan.instances, plan.n_threads_batch) == (1, SINGLE.n_threads_batch)
+    assert plan.reason == "auto: 1 cores, concurrency 4 (1 core)"
+    each = local.instance_bytes(local.model_file(MODEL), local.LOCAL_MODELS["smollm2-135m"].n_ctx)
+    assert local.model_file(MODEL).stat().st_size < each  # weights, KV cache, buffers
+    machine(4, local.HEADROOM_BYTES + 2 * each + 1)  # room for two
+    plan = pool_plan(MODEL, concurrency=4)
+    assert plan.instances == 2 and "GiB available holds 2" in plan.reason
+    machine(4, local.HEADROOM_BYTES + each // 2)  # room for none but the first
+    plan = pool_plan(MODEL, requested=4)
+    assert plan.instances == 1 and "holds 1" in plan.reason
+
+
+PROMPTS = [
+    f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n"
+    for q in ("What is insulin?", "Name a statin.", "What does aspirin block?",
+              "Define sepsis.", "What is a beta blocker?", "What causes anemia?")
+]  # fmt: skip
+
+
+def test_every_output_is_the_one_a_single_instance_gives():
+    one = load_pool(MODEL, plan=SINGLE)
+    two = load_pool(MODEL, plan=PoolPlan(2, 1, 1, "test"))
+    assert len(two.instances) == 2 and two.instances[0] is not two.instances[1]
+
+    def through(pool, prompt):
+        with pool.instance() as loaded:
+            out = generate(loaded, prompt, temperature=0.0, max_tokens=24)
+        return out.text, out.completion_tokens, out.finish_reason
+
+    alone = [through(one, p) for p in PROMPTS]
+    with ThreadPoolExecutor(2) as workers:  # both instances busy at once, in any order
+        pooled = list(workers.map(lambda p: through(two, p), PROMPTS * 2))
+    assert pooled == alone * 2
+    assert len({text for text, _, _ in alone}) > 1  # the prompts do give different answers
+
+
+def test_a_run_with_two_instances_equals_one_with_one(tmp_path):
+    def run(n: int) -> tuple[dict, dict, dict]:
+        name = f"n{n}"
+        argv = ["--agent", "hyde", "--model", MODEL, "--limit", "4", "--concurrency", "2",
+                "--max-tokens", "32", "--cache", "off", "--local-instances", str(n),
+                "--runs-dir", str(tmp_path / "runs"), "--run-name", name, "--quiet"]  # fmt: skip
+        assert run_main(argv) == 0
+        folder = tmp_path / "runs" / name
+        records = [json.loads(x) for x in (folder / "demo" / "queries.jsonl").read_text()
+                   .splitlines()]  # fmt: skip
+        generated = {r["query_id"]: r["generated"] for r in records}
+        metrics = json.loads((folder / "demo" / "metrics.json").read_text())["metrics"]
+        config = json.loads((folder / "config.json").read_text())
+        return generated, metrics, config
+
+    gen1, metrics1, config1 = run(1)
+    gen2, metrics2, config2 = run(2)
+    assert gen2 == gen1 and metrics2 == metrics1
+    assert config1["machine"]["local_pool"][MODEL]["instances"] == 1
+    assert config2["machine"]["local_pool"][MODEL] == {
+        "instances": 2, "n_threads": 1, "n_threads_batch": max(1, local.cpu_count() // 2),
+        "reason": "--local-instances 2",
+    }  # fmt: skip
