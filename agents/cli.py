@@ -14,6 +14,7 @@ agents.pipeline, which the commands import after parsing.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
@@ -39,6 +40,18 @@ def command(body: Callable[[], int], *, resumable: bool = True) -> int:
     interrupt.install()
     stop = interrupt.interrupted if resumable else None
     return cli.command(body, refusals=REFUSALS, interrupted=stop)
+
+
+def exit_with(status: int) -> None:
+    """End the process with ``status``. After a Ctrl-C a worker thread may still be inside
+    llama.cpp (loading a model, say), which interpreter shutdown would wait on and whose
+    native code then meets a half-torn-down process: the output is flushed and the process
+    ends at once; every finished record is already on disk (fsynced as it finished)."""
+    if status == interrupt.EXIT_STATUS:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def refused(body: Callable[[], int], *, prefix: str = "") -> int:

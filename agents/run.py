@@ -9,8 +9,8 @@ resumes it. See agents/pipeline.py for what the folder holds.
 from __future__ import annotations
 
 import argparse
-import sys
 
+from agents import cli
 from agents.cli import command, paper_for, print_summary, setup_logging, task_printer
 from agents.config import DEFAULT_MODEL, add_arguments, from_settings, settings_from_args
 from agents.registry import AGENTS, STAGES
@@ -91,4 +91,4 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_with(main())

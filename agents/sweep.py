@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents import cli
 from agents.cli import command, paper_average, paper_for, refused, setup_logging, task_printer
 from agents.config import (
     DEFAULT_MODEL,
@@ -470,4 +471,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_with(main())

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
+from agents import cli
 from agents.cli import command, paper_for, print_summary, setup_logging, task_printer
 from agents.config import (
     STAGE_WIDE,
@@ -133,4 +133,4 @@ def _rerank(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.exit_with(main())
