@@ -114,7 +114,8 @@ def main() -> None:
     if not (args.main_job or args.smoke):
         return
     extra = ["--limit", "1", "--max-tokens", "16"] if args.smoke else []
-    for instances, (prompt_speed, gen_speed) in ((1, (pr1, gen1)), (n, (prn, genn))):
+    jobs = ((1, (pr1, gen1)), (n, (prn, genn)))
+    for instances, (prompt_speed, gen_speed) in jobs[1:] if args.smoke else jobs:
         seconds, ptoks, ctoks, ndcg = main_job(instances, model, extra)
         floor = ptoks / prompt_speed + ctoks / gen_speed
         print(f"  main job, {instances} instance(s): {seconds:.1f} s; floor {floor:.1f} s "

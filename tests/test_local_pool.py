@@ -77,8 +77,8 @@ def test_every_output_is_the_one_a_single_instance_gives():
 def test_a_run_with_two_instances_equals_one_with_one(tmp_path):
     def run(n: int) -> tuple[dict, dict, dict]:
         name = f"n{n}"
-        argv = ["--agent", "hyde", "--model", MODEL, "--limit", "4", "--concurrency", "2",
-                "--max-tokens", "32", "--cache", "off", "--local-instances", str(n),
+        argv = ["--agent", "hyde", "--model", MODEL, "--limit", "3", "--concurrency", "2",
+                "--max-tokens", "16", "--cache", "off", "--local-instances", str(n),
                 "--runs-dir", str(tmp_path / "runs"), "--run-name", name, "--quiet"]  # fmt: skip
         assert run_main(argv) == 0
         folder = tmp_path / "runs" / name

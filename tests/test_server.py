@@ -262,7 +262,8 @@ def agent_run(tmp_path: Path, name: str, agent: str, *flags: str) -> dict:
     if "--api-base" not in flags:
         from agents.run import main
 
-        assert main(args) == 0
+        # one instance, as the server has: its prompts evaluated on both cores
+        assert main([*args, "--local-instances", "1"]) == 0
     else:
         cmd = [sys.executable, "-m", "agents.run", *args]
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
