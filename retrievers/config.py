@@ -314,6 +314,8 @@ def parse_spec(spec: object) -> tuple[SpecPart, ...]:
         known = RETRIEVER_KINDS.get(kind)
         if known is None or (known.arg == "none" and arg) or (known.arg == "required" and not arg):
             raise ValueError(f"unknown retriever {text!r}; valid: {', '.join(RETRIEVERS)}")
+        if kind == "remote" and not arg.strip().startswith(("http://", "https://")):
+            raise ValueError(f"{text!r}: expected remote:http://HOST:PORT")
         parts.append(SpecPart(kind, arg, text))
     return tuple(parts)
 

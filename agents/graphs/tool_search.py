@@ -46,6 +46,7 @@ from agents.llm.steps import llm_call
 from agents.llm.tool_text import ToolCall
 from prompts import PromptBook
 from retrievers.base import SearchRequest
+from retrievers.results import read_result, search_result
 
 FINAL_RANKINGS = ("submit", "fuse")
 TOOLS = ("search", "read", "submit")
@@ -142,24 +143,6 @@ class ToolState(AgentState, total=False):
 
 class ToolError(ValueError):
     """A call the agent cannot run; its message goes back to the model."""
-
-
-def _words(text: str, n: int) -> str:
-    return " ".join(text.split()[:n])
-
-
-def search_result(ranking: Mapping[str, float], corpus: Mapping[str, str], words: int) -> str:
-    """What a search sends back: its hits as JSON (id, score, the text's first words)."""
-    hits = [
-        {"id": doc, "score": round(score, 3), "snippet": _words(corpus[doc], words)}
-        for doc, score in ranking.items()
-    ]
-    return json.dumps(hits, ensure_ascii=False)
-
-
-def read_result(doc: str, corpus: Mapping[str, str], words: int) -> str:
-    """What a read sends back: the document's first ``words`` words as JSON."""
-    return json.dumps({"id": doc, "text": _words(corpus[doc], words)}, ensure_ascii=False)
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:

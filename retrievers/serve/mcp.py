@@ -33,7 +33,6 @@ protection on a loopback host).
 # schema), so the annotations must be objects, built when the tools are defined.
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping
 from typing import Annotated
@@ -47,6 +46,7 @@ from pydantic import Field
 
 from prompts import PromptBook
 from retrievers.base import SearchRequest, search_all
+from retrievers.results import read_result, search_result
 from retrievers.serve.index import ServedIndex, package_version
 
 # tool-search's own defaults (agents.graphs.tool_search.DEFAULTS; the test holds them equal)
@@ -58,25 +58,6 @@ MAX_QUERY_CHARS = 50_000  # as the server's --max-query-chars
 HTTP_PATH = "/mcp"
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)  # fmt: skip
-
-
-def words(text: str, n: int) -> str:
-    """The text's first ``n`` words, whitespace collapsed to single spaces."""
-    return " ".join(text.split()[:n])
-
-
-def search_result(ranking: Mapping[str, float], corpus: Mapping[str, str], n: int) -> str:
-    """What search sends back: the hits as JSON (id, score, the text's first ``n`` words)."""
-    hits = [
-        {"id": doc, "score": round(score, 3), "snippet": words(corpus[doc], n)}
-        for doc, score in ranking.items()
-    ]
-    return json.dumps(hits, ensure_ascii=False)
-
-
-def read_result(doc: str, corpus: Mapping[str, str], n: int) -> str:
-    """What read sends back: the document's first ``n`` words as JSON."""
-    return json.dumps({"id": doc, "text": words(corpus[doc], n)}, ensure_ascii=False)
 
 
 def make_server(
