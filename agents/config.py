@@ -33,6 +33,7 @@ from agents.naming import run_folder_name
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url, redact
 from eval.argtypes import (
+    boolean,
     check_field,
     integer_from,
     non_negative_float,
@@ -421,6 +422,7 @@ class Setting:
     many: bool = False  # repeatable: a list of values
     flag_only: bool = False  # a command-line shortcut (e.g. --max-turns for an option)
     metavar: str | None = None
+    switch: bool = False  # a flag that takes no value: given means true
 
 
 SETTINGS: dict[str, Setting] = {
@@ -444,6 +446,24 @@ SETTINGS: dict[str, Setting] = {
     "max_length": Setting("retriever.dense.max_length", "dense: tokens per text", positive_int),
     "instructions": Setting(
         "retriever.dense.instructions", "dense: R2MED's query/doc instructions, or none"
+    ),
+    "dense_family": Setting(
+        "retriever.dense.family",
+        "dense: the model's family (loading, pooling, length, instructions): auto (from its "
+        "name, as R2MED names its retrievers) or one of retrievers/families.json",
+    ),
+    "trust_remote_code": Setting(
+        "retriever.dense.trust_remote_code",
+        "dense: let models whose family runs their repository's own code load (NV-Embed, "
+        "GritLM); off unless given",
+        switch=True,
+    ),
+    "ignore_identical_ids": Setting(
+        "retriever.dense.ignore_identical_ids",
+        "dense/api: never return the document whose id is the query's (R2MED's dense "
+        "evaluation, BEIR's exact search): true or false",
+        boolean,
+        metavar="{true,false}",
     ),
     "embed_api_base": Setting("retriever.api.api_base", "api: base URL of the embedding server"),
     "embed_batch_size": Setting("retriever.api.batch_size", "api: texts per call", positive_int),
@@ -534,6 +554,7 @@ SETTINGS: dict[str, Setting] = {
         "eval.pad",
         "fill rankings shorter than --depth with zero-score documents in corpus order, as "
         "R2MED's BM25 script does",
+        switch=True,
     ),
     "limit": Setting("limit", "only the first N queries per task", positive_int),
     "timeout": Setting(
@@ -752,7 +773,7 @@ def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = 
         kwargs: dict[str, Any] = {"help": help_text, "default": None, "dest": key}
         if s.metavar:
             kwargs["metavar"] = s.metavar
-        if key == "pad":
+        if s.switch:
             kwargs.update(action="store_true", default=None)
         elif s.many:
             kwargs.update(action="append")

@@ -31,6 +31,7 @@ from retrievers.dense import (  # noqa: E402
     build_index,
     instructions_for,
     load_sentence_transformer,
+    prefixing,
     resolve_model,
     sentence_transformer_encoder,
 )
@@ -69,10 +70,12 @@ def main(argv: list[str] | None = None) -> None:
 
     indexes, rate = {}, {}
     for dtype in ("fp32", "bf16"):
-        encode = sentence_transformer_encoder(
-            load_sentence_transformer(load_path, dtype, None), args.batch_size
+        encode = prefixing(
+            sentence_transformer_encoder(
+                load_sentence_transformer(load_path, dtype, None), args.batch_size
+            )
         )
-        encode(list(corpus.values())[:16])  # warm-up: first-call allocations and kernels
+        encode(list(corpus.values())[:16], "", "doc")  # warm-up: first-call allocations and kernels
         start = time.perf_counter()
         indexes[dtype] = build_index(
             corpus, dtype, encode, instructions_for(model_id), cache_dir=None, progress=False

@@ -72,6 +72,15 @@ def one_of(choices: Sequence[str] | Mapping[str, str]) -> Callable[[object], str
     return check
 
 
+def boolean(value: object) -> bool:
+    """A switch: true or false (or the words, as a flag or a sweep file may give them)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise CheckError(f"expected true or false, got {value!r}")
+
+
 def optional(checker: Callable[[object], object]) -> Callable[[object], object]:
     """``checker`` for a setting that may also be None (unset)."""
     return lambda value: None if value is None else checker(value)

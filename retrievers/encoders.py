@@ -1,0 +1,410 @@
+"""Each dense family's encoder, computing what R2MED's encoder classes compute.
+
+An `Encoder` maps ``(texts, instruction, role)`` to one row per text; ``role`` is
+``"query"`` (queries and LLM expansions) or ``"doc"``. How the instruction enters depends on
+the family, as in R2MED (R2MED/R2MED@62b7074, src/utils.py):
+
+* ``hf`` (``FlagDRESModel`` / ``HighScaleModel``, Base mode, L113-133, L470-490): AutoModel,
+  the instruction prefixed, a padded and truncated batch, ``cls``/``mean``/``last`` pooling
+  (L158-174), normalised where the family is.
+* ``bmr`` (their BMR mode, L41-44, L134-156): padded with EOS on the left when the tokenizer
+  has no pad token, truncated one short of the limit, an EOS appended, ``last-bmr`` pooling
+  (L175-183), not normalised.
+* ``medcpt`` (``BiEncoderModel``, L346-384): CLS of one model for both roles (R2MED passes the
+  Article encoder for both), documents as the pair ``("", text)``, not normalised.
+* ``instructor`` (``InstructorModel``, L185-268): sentence-transformers with the instruction as
+  the prompt, left out of the pooled tokens (``set_pooling_include_prompt(False)``).
+* ``grit`` (``GritModel``, L542-609): the gritlm package's ``GritLM`` in embedding mode
+  (bidirectional attention, the instruction masked out of the mean), 512 tokens for queries
+  and 2,048 for documents.
+* ``nv`` (``NVEmbedModel``, L611-679): the model's own ``encode(texts, instruction=,
+  max_length=)`` from its repository's code, normalised.
+* ``sentence-transformers``: the model's own modules, the instruction prefixed, normalised
+  (families R2MED does not run, e.g. the default all-MiniLM-L6-v2).
+
+Tokenizers: R2MED ran transformers 4.x, whose Llama-style tokenizers honoured
+``add_bos_token``/``add_eos_token`` from ``tokenizer_config.json``; transformers 5 follows
+only ``tokenizer.json``'s template, so e5-mistral and SFR lose the ``</s>`` their last-token
+pooling reads. `special_tokens_to_add` finds what the configuration asks for and the
+tokenizer no longer adds, and it is added back as 4.x added it: the text truncated so that
+the whole sequence, special tokens included, fits the limit.
+
+Models load once per process and argument set; weights load on the CPU unless a device is
+given. Everything runs under ``torch.inference_mode``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from .families import Family
+
+Encoder = Callable[[list[str], str, str], np.ndarray]  # (texts, instruction, role) -> rows
+REMOTE_CODE_OPTION = "--trust-remote-code (retriever.dense.trust_remote_code = true)"
+GRITLM_INSTALL = "pip install --no-deps gritlm==1.0.2"
+
+
+def prefixing(encode_texts: Callable[[list[str]], np.ndarray]) -> Encoder:
+    """An encoder that puts the instruction in front of each text."""
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        return encode_texts([instruction + t for t in texts])
+
+    return encode
+
+
+def torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, "auto")
+
+
+# --- tokenization as transformers 4.x did it ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Token ids the tokenizer's configuration asks for that the tokenizer does not add."""
+
+    bos: int | None = None
+    eos: int | None = None
+
+    @property
+    def count(self) -> int:
+        return (self.bos is not None) + (self.eos is not None)
+
+
+def _tokenizer_config(load_path: str) -> dict[str, Any]:
+    from transformers.utils import cached_file
+
+    try:
+        found = cached_file(
+            load_path, "tokenizer_config.json", _raise_exceptions_for_missing_entries=False
+        )
+    except OSError:
+        return {}
+    if not found:
+        return {}
+    with open(found, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def special_tokens_to_add(tokenizer: Any, load_path: str) -> SpecialTokens:
+    """BOS/EOS that ``tokenizer_config.json`` asks for (``add_bos_token``/``add_eos_token``,
+    as transformers 4.x's Llama-style tokenizers honoured them) and the tokenizer omits."""
+    config = _tokenizer_config(load_path)
+    probe = tokenizer("a")["input_ids"]
+    bos = tokenizer.bos_token_id
+    eos = tokenizer.eos_token_id
+    missing_bos = config.get("add_bos_token") is True and bos is not None and probe[:1] != [bos]
+    missing_eos = config.get("add_eos_token") is True and eos is not None and probe[-1:] != [eos]
+    return SpecialTokens(bos if missing_bos else None, eos if missing_eos else None)
+
+
+def token_ids(
+    tokenizer: Any, texts: Sequence[str], max_length: int, specials: SpecialTokens
+) -> list[list[int]]:
+    """Each text's ids truncated to ``max_length`` with ``specials`` added as 4.x added them."""
+    ids = tokenizer(
+        list(texts),
+        truncation=True,
+        max_length=max_length - specials.count,
+        padding=False,
+        return_attention_mask=False,
+        return_token_type_ids=False,
+    )["input_ids"]
+    head = [specials.bos] if specials.bos is not None else []
+    tail = [specials.eos] if specials.eos is not None else []
+    return [head + row + tail for row in ids]
+
+
+def _padded(tokenizer: Any, rows: list[list[int]], device: str) -> dict[str, Any]:
+    return tokenizer.pad(
+        {"input_ids": rows}, padding=True, return_attention_mask=True, return_tensors="pt"
+    ).to(device)
+
+
+# --- pooling (R2MED src/utils.py L158-183, L515-540) -----------------------------------------
+
+
+def pool(hidden: Any, mask: Any, method: str) -> Any:
+    import torch
+
+    if method == "cls":
+        return hidden[:, 0]
+    if method == "mean":
+        summed = torch.sum(hidden * mask.unsqueeze(-1).float(), dim=1)
+        return summed / mask.sum(dim=1, keepdim=True).float()
+    if method not in ("last", "last-bmr"):
+        raise ValueError(f"unknown pooling {method!r}")
+    if method == "last-bmr":
+        hidden = hidden.masked_fill(~mask[..., None].bool(), 0.0)
+    # Left-padded batches end every row with a real token; right-padded ones are indexed.
+    if bool(mask[:, -1].sum() == mask.shape[0]):
+        return hidden[:, -1]
+    lengths = mask.sum(dim=1) - 1
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), lengths]
+
+
+def _rows(embeddings: Any, normalize: bool) -> np.ndarray:
+    import torch
+
+    if normalize:
+        embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+    return embeddings.float().cpu().numpy()
+
+
+def _batched(
+    texts: list[str], batch_size: int, encode_batch: Callable[[list[str]], np.ndarray]
+) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        parts = [encode_batch(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+# --- loaders ------------------------------------------------------------------------------
+
+
+@cache
+def _auto_model(load_path: str, dtype: str, device: str) -> tuple[Any, Any]:
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(load_path)
+    model = AutoModel.from_pretrained(load_path, dtype=torch_dtype(dtype)).to(device).eval()
+    return tokenizer, model
+
+
+def hf_encoder(
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
+) -> Encoder:
+    """FlagDRESModel / HighScaleModel in Base mode (R2MED src/utils.py L113-133, L470-490)."""
+    tokenizer, model = _auto_model(load_path, dtype, device)
+    specials = special_tokens_to_add(tokenizer, load_path)
+    pooling = family.pooling or "cls"
+    length = max_length or family.length_for("doc")
+
+    def encode_batch(batch: list[str]) -> np.ndarray:
+        if specials.count:
+            inputs = _padded(tokenizer, token_ids(tokenizer, batch, length, specials), device)
+        else:
+            inputs = tokenizer(
+                batch, padding=True, truncation=True, max_length=length, return_tensors="pt"
+            ).to(device)
+        hidden = model(**inputs, return_dict=True).last_hidden_state
+        return _rows(pool(hidden, inputs["attention_mask"], pooling), family.normalize)
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+
+    return encode
+
+
+@cache
+def _bmr_model(load_path: str, dtype: str, device: str) -> tuple[Any, Any]:
+    tokenizer, model = _auto_model(load_path, dtype, device)
+    if tokenizer.pad_token is None:  # R2MED src/utils.py L41-44
+        tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.padding_side = "left"
+    return tokenizer, model
+
+
+def bmr_encoder(
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
+) -> Encoder:
+    """BMRetriever as R2MED's BMR mode encodes (src/utils.py L134-156, L175-183)."""
+    tokenizer, model = _bmr_model(load_path, dtype, device)
+    specials = special_tokens_to_add(tokenizer, load_path)
+    length = max_length or family.length_for("doc")
+
+    def encode_batch(batch: list[str]) -> np.ndarray:
+        # One short of the limit, then the EOS R2MED appends (after any special token the
+        # tokenizer's configuration asks for, as transformers 4.x gave R2MED both).
+        rows = token_ids(tokenizer, batch, length - 1, specials)
+        inputs = _padded(tokenizer, [row + [tokenizer.eos_token_id] for row in rows], device)
+        hidden = model(**inputs).last_hidden_state
+        return _rows(pool(hidden, inputs["attention_mask"], "last-bmr"), family.normalize)
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+
+    return encode
+
+
+def medcpt_encoder(
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
+) -> Encoder:
+    """BiEncoderModel given one model for both roles (R2MED src/utils.py L346-384,
+    src/eval_retrieval.py L159-163)."""
+    tokenizer, model = _auto_model(load_path, dtype, device)
+    length = max_length or family.length_for("doc")
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        def encode_batch(batch: list[str]) -> np.ndarray:
+            if role == "doc":  # an empty title paired with the text
+                inputs = tokenizer(
+                    [""] * len(batch),
+                    batch,
+                    padding=True,
+                    truncation="longest_first",
+                    return_tensors="pt",
+                    max_length=length,
+                )
+            else:
+                inputs = tokenizer(
+                    batch, padding=True, truncation=True, return_tensors="pt", max_length=length
+                )
+            hidden = model(**inputs.to(device)).last_hidden_state
+            return _rows(hidden[:, 0, :], family.normalize)
+
+        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+
+    return encode
+
+
+@cache
+def _instructor_model(load_path: str, dtype: str, device: str) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(
+        load_path, device=device, model_kwargs={"dtype": torch_dtype(dtype)}
+    )
+    model.set_pooling_include_prompt(False)  # R2MED src/utils.py L198
+    return model.eval()
+
+
+def instructor_encoder(
+    load_path: str, family: Family, dtype: str, device: str, max_length: int | None, batch_size: int
+) -> Encoder:
+    """InstructorModel (R2MED src/utils.py L185-268): the instruction is the prompt."""
+    model = _instructor_model(load_path, dtype, device)
+    if max_length is not None:  # R2MED keeps the model's own (L199-200)
+        model.max_seq_length = max_length
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
+        out = model.encode(
+            list(texts),
+            batch_size=batch_size,
+            prompt=instruction,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+    return encode
+
+
+@cache
+def _grit_model(load_path: str, dtype: str, device: str) -> Any:
+    try:
+        from gritlm import GritLM
+    except ImportError:
+        raise ValueError(
+            f"dense: GritLM models are encoded by the gritlm package; {GRITLM_INSTALL}"
+        ) from None
+    # R2MED src/utils.py L553: torch_dtype "auto", embedding mode (GritLM always passes
+    # trust_remote_code: the checkpoint's bidirectional attention is its own code).
+    return GritLM(load_path, mode="embedding", torch_dtype=torch_dtype(dtype), device=device)
+
+
+def grit_encoder(
+    load_path: str, family: Family, dtype: str, device: str, max_length: int | None, batch_size: int
+) -> Encoder:
+    """GritModel (R2MED src/utils.py L542-609)."""
+    model = _grit_model(load_path, dtype, device)
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        length = max_length or family.length_for(role)
+
+        def encode_batch(batch: list[str]) -> np.ndarray:
+            out = model.encode(
+                batch, instruction=instruction, batch_size=batch_size, max_length=length
+            )
+            return np.asarray(out, dtype=np.float32).reshape(len(batch), -1)
+
+        return _batched(list(texts), batch_size, encode_batch)
+
+    return encode
+
+
+@cache
+def _nv_model(load_path: str, dtype: str, device: str) -> Any:
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(load_path, trust_remote_code=True, dtype=torch_dtype(dtype))
+    return model.to(device).eval()
+
+
+def nv_encoder(
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
+) -> Encoder:
+    """NVEmbedModel (R2MED src/utils.py L611-679): the model's own encode, normalised."""
+    model = _nv_model(load_path, dtype, device)
+    length = max_length or family.length_for("doc")
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        def encode_batch(batch: list[str]) -> np.ndarray:
+            out = model.encode(batch, instruction=instruction, max_length=length)
+            return _rows(out, family.normalize)
+
+        return _batched(list(texts), batch_size, encode_batch)
+
+    return encode
+
+
+LOADERS: dict[str, Callable[..., Encoder]] = {
+    "hf": hf_encoder,
+    "bmr": bmr_encoder,
+    "medcpt": medcpt_encoder,
+    "instructor": instructor_encoder,
+    "grit": grit_encoder,
+    "nv": nv_encoder,
+}
+
+
+def family_encoder(
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
+    trust_remote_code: bool,
+) -> Encoder:
+    """``family``'s encoder for the weights at ``load_path``; refuses remote code unless allowed."""
+    if family.remote_code and not trust_remote_code:
+        raise ValueError(
+            f"dense: {family.name} models run code from their own repository "
+            f"({load_path}); allow it with {REMOTE_CODE_OPTION}"
+        )
+    return LOADERS[family.loader](load_path, family, dtype, device, max_length, batch_size)
