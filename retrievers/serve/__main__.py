@@ -35,41 +35,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_arguments(p, only=RETRIEVER_FLAGS)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--port", type=_port, default=8000, help="port (0: any free one)")
-    p.add_argument(
-        "--topk",
-        type=_positive,
-        default=3,
-        help="/retrieve's depth when a request gives none (Search-R1's default: 3)",
-    )
-    p.add_argument(
-        "--max-batch",
-        type=_positive,
-        default=64,
-        help="queries searched together at most (1: no batching)",
-    )
-    p.add_argument(
-        "--max-queue",
-        type=_positive,
-        default=1024,
-        help="queries waiting at most; past it requests get 503",
-    )
+    p.add_argument("--topk", type=_positive, default=3,
+                   help="/retrieve's depth when a request gives none (Search-R1's default: 3)")
+    p.add_argument("--max-batch", type=_positive, default=64,
+                   help="queries searched together at most (1: no batching)")
+    p.add_argument("--max-queue", type=_positive, default=1024,
+                   help="queries waiting at most; past it requests get 503")
     p.add_argument("--max-k", type=_positive, default=1000, help="the deepest search allowed")
-    p.add_argument(
-        "--max-query-chars", type=_positive, default=50_000, help="the longest query text allowed"
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=_positive,
-        default=4_000_000,
-        help="the largest request body allowed",
-    )
+    p.add_argument("--max-query-chars", type=_positive, default=50_000,
+                   help="the longest query text allowed")
+    p.add_argument("--max-body-bytes", type=_positive, default=4_000_000,
+                   help="the largest request body allowed")
     p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of HTTP")
-    p.add_argument(
-        "--transport",
-        choices=("stdio", "http"),
-        default="stdio",
-        help="--mcp: over stdio (default) or streamable HTTP at --host/--port",
-    )
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                   help="--mcp: over stdio (default) or streamable HTTP at --host/--port")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
