@@ -367,8 +367,9 @@ def build_dense(
         encode = family_encoder(
             load_path, chosen, dtype, device, max_length, batch_size, trust_remote_code
         )
+        # "512", or "512/2048" where queries and documents differ (GritLM)
         lengths = max_length or "/".join(
-            str(chosen.length_for(r) or "model") for r in dict.fromkeys(("query", "doc"))
+            dict.fromkeys(str(chosen.length_for(r) or "model") for r in ("query", "doc"))
         )
         recipe = (
             f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"

@@ -1,0 +1,268 @@
+"""Tiny models in the layouts of R2MED's retrievers, built from seeded random weights.
+
+No hub is reachable here, so each family's loading code is tested on a folder laid out as its
+real model's hub repository is: ``config.json`` and safetensors weights, the tokenizer's files
+(``tokenizer.json`` + ``tokenizer_config.json``, as the real repositories ship them), and for
+sentence-transformers models their ``modules.json`` and module folders. The weights are random:
+what is compared is the arithmetic, not the quality.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+TEXTS = [
+    "Aspirin irreversibly inhibits cyclooxygenase and platelet aggregation.",
+    "Insulin lowers blood glucose by promoting uptake into muscle and fat.",
+    "The mitochondrion produces ATP through oxidative phosphorylation.",
+    "Penicillin blocks bacterial cell wall synthesis.",
+    "Represent the Clinical Case for retrieval: a patient with fever and cough.",
+    "Instruct: Given a question, retrieve relevant documents that answer the question",
+    "<|user|>\nGiven a Medical Exam, retrieve relevant passages\n<|embed|>\n",
+]
+ALPHABET = list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,:;-?!'()<>|_/\n")
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+
+
+def bert(folder: Path, seed: int = 0, num_labels: int | None = None) -> Path:
+    """A tiny BERT (bge, contriever and MedCPT are BERT models): WordPiece, [CLS] ... [SEP]."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tk = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.train_from_iterator(
+        TEXTS * 3, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials)
+    )
+    cls, sep = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
+    tokenizer.save_pretrained(folder)
+    config = BertConfig(
+        vocab_size=tk.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=512,
+    )
+    torch.manual_seed(seed)
+    if num_labels is None:
+        BertModel(config).save_pretrained(folder)
+    else:
+        from transformers import BertForSequenceClassification
+
+        config.num_labels = num_labels
+        BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+def llama_tokenizer(folder: Path, add_eos_token: bool, pad_token: str | None) -> None:
+    """A Llama/Mistral-style tokenizer as those repositories ship it: a byte-level-free BPE whose
+    ``tokenizer.json`` template adds only ``<s>``, and ``tokenizer_config.json`` flags saying
+    whether ``</s>`` is appended too (transformers 4.x honoured them; 5.x reads the template)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.Strip(" ", 1, 0)])
+    specials = ["<unk>", "<s>", "</s>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=260, special_tokens=specials, initial_alphabet=[*ALPHABET, "▁"]
+    )
+    tk.train_from_iterator(TEXTS * 3, trainer)
+    tk.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tk.token_to_id("<s>"))]
+    )
+    tk.save(str(folder / "tokenizer.json"))
+    config = {
+        "add_bos_token": True,
+        "add_eos_token": add_eos_token,
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "tokenizer_class": "LlamaTokenizer",
+        "model_max_length": 32768,
+    }
+    if pad_token is not None:
+        config["pad_token"] = pad_token
+    _write_json(folder / "tokenizer_config.json", config)
+
+
+def mistral(folder: Path, seed: int = 0, add_eos_token: bool = True, pad: str | None = "</s>"):
+    """A tiny MistralModel (e5-mistral, SFR, BMRetriever-7B and GritLM-7B are Mistral models)."""
+    import torch
+    from transformers import MistralConfig, MistralModel
+
+    llama_tokenizer(folder, add_eos_token, pad)
+    config = MistralConfig(
+        vocab_size=260,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(seed)
+    MistralModel(config).save_pretrained(folder)
+    return folder
+
+
+def instructor(folder: Path, seed: int = 0) -> Path:
+    """A tiny INSTRUCTOR: a T5 encoder in sentence-transformers' layout (Transformer, mean
+    Pooling, Dense, Normalize), as hkunlp/instructor-large ships it."""
+    import torch
+    from sentence_transformers import SentenceTransformer, models
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import models as tk_models
+    from transformers import PreTrainedTokenizerFast, T5Config, T5EncoderModel
+
+    base = folder.parent / f"{folder.name}-t5"
+    base.mkdir(parents=True, exist_ok=True)
+    tk = Tokenizer(tk_models.Unigram())
+    tk.normalizer = normalizers.Replace(" ", "▁")
+    tk.pre_tokenizer = pre_tokenizers.Metaspace()
+    tk.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=200, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>"
+    )
+    tk.train_from_iterator(TEXTS * 3, trainer)
+    tk.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tk.token_to_id("</s>"))]
+    )
+    PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    ).save_pretrained(base)
+    config = T5Config(
+        vocab_size=tk.get_vocab_size(),
+        d_model=32,
+        d_kv=8,
+        d_ff=48,
+        num_layers=2,
+        num_heads=4,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(seed)
+    T5EncoderModel(config).save_pretrained(base)
+    transformer = models.Transformer(str(base), max_seq_length=512)
+    pooling = models.Pooling(32, pooling_mode="mean")
+    dense = models.Dense(32, 24, bias=True, activation_function=torch.nn.Identity())
+    model = SentenceTransformer(modules=[transformer, pooling, dense, models.Normalize()])
+    model.save(str(folder))
+    return folder
+
+
+NV_CONFIG = '''from transformers import PretrainedConfig
+
+
+class TinyNVConfig(PretrainedConfig):
+    model_type = "tiny-nv"
+
+    def __init__(self, vocab_size=256, hidden_size=16, **kwargs):
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        super().__init__(**kwargs)
+'''
+
+NV_MODEL = '''import torch
+from transformers import PreTrainedModel
+
+from .configuration_tiny_nv import TinyNVConfig
+
+
+class TinyNVModel(PreTrainedModel):
+    """NV-Embed's interface in miniature: encode(prompts, instruction=, max_length=) embeds
+    the instruction and the text, and pools the text's positions only (a latent-attention
+    stand-in: a softmax over a learned query)."""
+
+    config_class = TinyNVConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.mix = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.latent = torch.nn.Parameter(torch.randn(config.hidden_size))
+        self.post_init()
+
+    def _init_weights(self, module):
+        pass
+
+    def _ids(self, text, max_length):
+        return torch.tensor(list(text.encode("utf-8"))[:max_length] or [0])
+
+    def encode(self, prompts, instruction="", max_length=4096, **kwargs):
+        rows = []
+        for text in prompts:
+            head = self._ids(instruction, max_length) if instruction else torch.zeros(0, dtype=torch.long)
+            body = self._ids(text, max_length - len(head))
+            hidden = torch.tanh(self.mix(self.embed(torch.cat([head, body]))))
+            hidden = hidden + hidden.mean(dim=0, keepdim=True)  # the instruction is seen...
+            hidden = hidden[len(head):]  # ...but not pooled
+            weights = torch.softmax(hidden @ self.latent.to(hidden.dtype), dim=0)
+            rows.append(weights @ hidden)
+        return torch.stack(rows)
+'''
+
+
+def nv_embed(folder: Path, seed: int = 0) -> Path:
+    """A folder laid out as nvidia/NV-Embed-v2 is: ``auto_map`` to the repository's own modeling
+    code, whose model has ``encode(texts, instruction=, max_length=)``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "configuration_tiny_nv.py").write_text(NV_CONFIG, encoding="utf-8")
+    (folder / "modeling_tiny_nv.py").write_text(NV_MODEL, encoding="utf-8")
+    import importlib.util
+    import sys
+
+    import torch
+
+    name = f"tiny_nv_{abs(hash(str(folder)))}"
+    package = type(sys)(name)
+    package.__path__ = [str(folder)]
+    sys.modules[name] = package
+    for module in ("configuration_tiny_nv", "modeling_tiny_nv"):
+        spec = importlib.util.spec_from_file_location(f"{name}.{module}", folder / f"{module}.py")
+        loaded = importlib.util.module_from_spec(spec)
+        sys.modules[f"{name}.{module}"] = loaded
+        spec.loader.exec_module(loaded)
+    config_cls = sys.modules[f"{name}.configuration_tiny_nv"].TinyNVConfig
+    model_cls = sys.modules[f"{name}.modeling_tiny_nv"].TinyNVModel
+    config = config_cls(
+        auto_map={
+            "AutoConfig": "configuration_tiny_nv.TinyNVConfig",
+            "AutoModel": "modeling_tiny_nv.TinyNVModel",
+        }
+    )
+    torch.manual_seed(seed)
+    model_cls(config).save_pretrained(folder)
+    data = json.loads((folder / "config.json").read_text())
+    data["auto_map"] = config.auto_map
+    data["model_type"] = "tiny-nv"
+    _write_json(folder / "config.json", data)
+    for module in ("configuration_tiny_nv", "modeling_tiny_nv"):
+        sys.modules.pop(f"{name}.{module}", None)
+    sys.modules.pop(name, None)
+    return folder
