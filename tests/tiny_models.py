@@ -217,7 +217,7 @@ class TinyNVModel(PreTrainedModel):
     def encode(self, prompts, instruction="", max_length=4096, **kwargs):
         rows = []
         for text in prompts:
-            head = self._ids(instruction, max_length) if instruction else torch.zeros(0, dtype=torch.long)
+            head = self._ids(instruction, max_length) if instruction else self._ids("", 0)[:0]
             body = self._ids(text, max_length - len(head))
             hidden = torch.tanh(self.mix(self.embed(torch.cat([head, body]))))
             hidden = hidden + hidden.mean(dim=0, keepdim=True)  # the instruction is seen...
