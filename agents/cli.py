@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 
 from agents import interrupt
 from agents.llm.errors import LLMRunError
-from agents.paper import paper_reference
+from agents.paper import average_note, figure_note, paper_reference
 from eval import cli
-from eval.datasets import r2med_task_name
 
 if TYPE_CHECKING:
     from agents.config import RunConfig
@@ -81,9 +80,9 @@ def report(result: TaskResult, paper: Reference | None = None) -> str:
     line = f"{result.folder}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
     if "bm25_baseline" in summary:
         line += f" (BM25 without LLM: {summary['bm25_baseline'][HEADLINE]:.5f})"
-    figure = paper.figure(result.name, HEADLINE) if paper is not None else None
-    if figure is not None:
-        line += f" (R2MED paper, {paper.row}: {figure:.5f})"
+    note = figure_note(paper, result.name, HEADLINE) if paper is not None else None
+    if note is not None:  # the figure with its source (and the other's, where they conflict)
+        line += f" ({note})"
     line += _usage(summary["usage"])
     if summary["failed"]:
         line += f"; {summary['failed']} queries FAILED (see metrics.json)"
@@ -105,16 +104,12 @@ def task_printer(paper: Reference | None) -> Callable[[TaskResult], None]:
 
 
 def paper_average(result: RunResult, paper: Reference | None) -> str | None:
-    """The paper's average over the run's R2MED tasks, as a line; None without any."""
+    """The published average over the run's R2MED tasks, as a line naming its source (both
+    sources where they conflict); None without any."""
     if paper is None:
         return None
     # by R2MED's name: a task run twice counts once, as in the paper
-    figures = {r2med_task_name(t.name): paper.figure(t.name) for t in result.tasks.values()}
-    values = [v for v in figures.values() if v is not None]
-    if not values:
-        return None
-    average = sum(values) / len(values) * 100
-    return f"R2MED paper ({paper.row}): avg nDCG@10 {average:.2f} over the same tasks"
+    return average_note(paper, [t.name for t in result.tasks.values()])
 
 
 def print_summary(result: RunResult, paper: Reference | None = None) -> int:

@@ -5,7 +5,15 @@ R2MED's method, the same generating LLM (R2MED's short name, from ``--generation
 r2med:<llm>`` or from the live model's name) and the same first-stage retriever, and for a
 reranker row the same cross-encoder at depth 10 over NV-Embed-v2. Anything else (another
 BM25 than R2MED's, fused retrievers, other rerank stages, a model R2MED did not use) matches
-no row: a figure beside a run must be the one its setup produced in the paper, or none.
+no row: a figure beside a run must be the one its setup produced in R2MED's tables, or none.
+
+R2MED publishes in two sources, and a row may be in either or both: its repository's
+``results/`` (every metric; 71 rows) and its leaderboard on r2med.github.io (nDCG@10; 67
+rows, 20 of them nowhere in ``results/``, such as ``hyde/o3-mini/bm25`` and
+``search-o1/qwq-32b/bm25``). `paper_reference` gives the repository's row where it has one,
+else the leaderboard's, and the row says which it is (``R2MED repository`` or ``R2MED
+leaderboard``, in `figure_note` and `average_note`); where the two disagree (base/medcpt) the
+notes give both figures, never one alone.
 
 The names are R2MED's own (github.com/R2MED/R2MED, src/generate_hypothetical_doc.py
 ``model_dict``, src/eval_retrieval.py ``model_path_dict``, src/eval_reranker.py); a model
@@ -21,7 +29,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eval.datasets import r2med_task_name
-from eval.references import Reference, load_references
+from eval.references import (
+    DEFAULT_TABLE,
+    LEADERBOARD_TABLE,
+    Reference,
+    conflict_of,
+    load_references,
+)
 
 GENERATE_METHODS = ("hyde", "query2doc", "lamer", "search-o1", "search-r1")
 
@@ -56,7 +70,9 @@ RETRIEVERS: dict[str, str] = {
     "bmr-410m": "dense:BMRetriever/BMRetriever-410M",
     "bmr-2b": "dense:BMRetriever/BMRetriever-2B",
     "bmr-7b": "dense:BMRetriever/BMRetriever-7B",
-    "medcpt": "dense:ncbi/MedCPT-Query-Encoder",
+    # R2MED encodes queries and documents alike with the Article encoder
+    # (src/eval_retrieval.py L159-163: retrieral_model_path[1] for both)
+    "medcpt": "dense:ncbi/MedCPT-Article-Encoder",
     "openai": "api:text-embedding-3-large",
     "voyage": "api:voyage-3",
 }
@@ -142,24 +158,43 @@ def candidate_row(config: Mapping[str, Any]) -> str | None:
     return None
 
 
-def paper_row(config: Mapping[str, Any]) -> str | None:
-    """The id of R2MED's published row the run reproduces (``hyde/qwen-7b/bm25``), or None
-    when the setup differs or R2MED published no such row (it has no ``hyde/o3-mini``)."""
+def paper_references(config: Mapping[str, Any]) -> list[Reference]:
+    """The published row the run reproduces in each of R2MED's sources that holds it, the
+    repository's first; [] when the setup differs or neither source has such a row."""
     row = candidate_row(config)
-    return row if row is not None and row in load_references() else None
+    if row is None:
+        return []
+    tables = (load_references(DEFAULT_TABLE), load_references(LEADERBOARD_TABLE))
+    return [rows[row] for rows in tables if row in rows]
+
+
+def paper_row(config: Mapping[str, Any]) -> str | None:
+    """The id of R2MED's published row the run reproduces (``hyde/qwen-7b/bm25``), in its
+    repository or on its leaderboard (``hyde/o3-mini/bm25`` is only there), or None when the
+    setup differs or R2MED published no such row (``search-o1/qwq-32b/contriever``)."""
+    refs = paper_references(config)
+    return refs[0].row if refs else None
 
 
 def paper_reference(config: Mapping[str, Any]) -> Reference | None:
-    """The published row of `paper_row`, with its figures."""
-    row = paper_row(config)
-    return load_references()[row] if row is not None else None
+    """The published row of `paper_row`, with its figures: the repository's where it has the
+    row (every metric, 5 decimals), else the leaderboard's (its label says which)."""
+    refs = paper_references(config)
+    return refs[0] if refs else None
+
+
+def paper_spec(config: Mapping[str, Any]) -> str | None:
+    """The spec of `paper_reference` (``r2med:...`` or ``r2med-leaderboard:...``), or None."""
+    ref = paper_reference(config)
+    return ref.spec if ref is not None else None
 
 
 def paper_figures(
     config: Mapping[str, Any], task_names: Iterable[str], metric: str = "NDCG@10"
 ) -> dict[str, float] | None:
-    """The paper's ``metric`` on each of ``task_names`` that is an R2MED task and in the row,
-    keyed as given; None when the run matches no row ({} when none of its tasks is R2MED's)."""
+    """The published ``metric`` on each of ``task_names`` that is an R2MED task and in the
+    row, keyed as given; None when the run matches no row ({} when none of its tasks is
+    R2MED's). The figures are `paper_reference`'s: its label says which source they are."""
     ref = paper_reference(config)
     if ref is None:
         return None
@@ -169,3 +204,44 @@ def paper_figures(
         if value is not None:
             figures[task] = value
     return figures
+
+
+def figure_note(ref: Reference, task: str, metric: str = "NDCG@10") -> str | None:
+    """The published figure on one task as a run's line shows it, with its source:
+    "R2MED repository, base/bm25: 0.19188"; where R2MED's sources conflict on that task,
+    both figures. None when the row has no figure there."""
+    figure = ref.figure(task, metric)
+    if figure is None:
+        return None
+    note = f"{ref.source_name}, {ref.row}: {ref.format(figure)}"
+    conflict = conflict_of(ref)
+    if conflict is not None and r2med_task_name(task) in conflict.tasks:
+        other = conflict.other(ref)
+        other_figure = other.figure(task, metric)
+        if other_figure is not None:
+            note += f"; {other.source_name}: {other.format(other_figure)}, a conflict"
+    return note
+
+
+def average_note(ref: Reference, tasks: Iterable[str], metric: str = "NDCG@10") -> str | None:
+    """The published average ×100 over the run's R2MED ``tasks`` (each once), as a line with
+    its source, and the other source's where the two conflict; None without any such task."""
+    names = list(dict.fromkeys(t for t in map(r2med_task_name, tasks) if t is not None))
+    held = [t for t in names if ref.figure(t, metric) is not None]
+    if not held:
+        return None
+    line = f"{ref.source_name} ({ref.row}): avg {_metric_text(metric)} "
+    line += f"{ref.average(metric, held) * 100:.2f} over the same tasks"
+    conflict = conflict_of(ref)
+    if conflict is not None:
+        other = conflict.other(ref)
+        try:
+            line += f"; {other.source_name}: {other.average(metric, held) * 100:.2f}"
+        except ValueError:  # the other source lacks the metric (the leaderboard: nDCG@10 only)
+            pass
+        line += f", a conflict ({conflict.row}: python -m eval.references show {conflict.row})"
+    return line
+
+
+def _metric_text(metric: str) -> str:
+    return "nDCG@10" if metric == "NDCG@10" else metric

@@ -1,16 +1,55 @@
-"""Published figures to set beside our runs: R2MED's per-task metrics for every row it reports.
+"""Published figures to set beside our runs: R2MED's per-task figures from both its sources.
 
-R2MED's repository (github.com/R2MED/R2MED) publishes one results JSON per row and task:
-``results/base retriever/<retriever>/<Task>.json``, ``results/gar/<method>/<llm>/<retriever>/
-<Task>.json`` and ``results/reranker/<reranker>/<retriever>/top_<k>/<Task>.json``. `build_table`
-reads that layout into one data file, shipped as ``eval/references/r2med.json``;
-`load_references` reads it back as `Reference` rows and `reference` finds one by its spec,
-``r2med:<row id>``. Row ids drop R2MED's folder prefixes: ``base/bm25``, ``hyde/qwen-7b/bm25``,
-``reranker/bge-reranker/nv/top_10``. From the command line::
+R2MED publishes its figures twice, and the two are not the same table:
+
+* **Its repository** (github.com/R2MED/R2MED, ``results/``): one results JSON per row and
+  task, every metric: ``results/base retriever/<retriever>/<Task>.json``, ``results/gar/
+  <method>/<llm>/<retriever>/<Task>.json`` and ``results/reranker/<reranker>/<retriever>/
+  top_<k>/<Task>.json``. `build_table` reads that layout into ``eval/references/r2med.json``
+  (71 rows at commit 62b7074); its rows are labelled "R2MED repository".
+* **Its leaderboard** (the project page's table, r2med.github.io): per row the 8 tasks'
+  nDCG@10 ×100 to 2 decimals and the page's Avg. `build_leaderboard` reads a copy of it, a
+  TSV (columns ``llm``, ``retriever``, ``avg`` and the 8 tasks), into
+  ``eval/references/r2med-leaderboard.json`` (67 rows); its rows are labelled "R2MED
+  leaderboard". It holds 20 rows the repository lacks (o3-mini, text-embedding-3-large with
+  an LLM, Search-o1 and Search-R1 over BM25) and lacks query2doc, LameR and the rerankers.
+
+**Row ids and specs.** A row id is the same in both sources: ``base/<retriever>``,
+``<method>/<llm>/<retriever>`` (hyde, query2doc, lamer, search-o1, search-r1) and
+``reranker/<reranker>/<retriever>/top_<k>``, in R2MED's short names (its folder names:
+``nv``, ``bm25``, ``openai`` for text-embedding-3-large, ``gpt4``, ``qwq-32b``, ...). A spec
+is ``<table>:<row id>`` and names one source, never a fallback to the other:
+
+* ``r2med:<row>``: the repository's row (R2MED's path is accepted too:
+  ``r2med:results/gar/hyde/qwen-7b/bm25``); every spec that worked before still does.
+* ``r2med-leaderboard:<row>``: the leaderboard's row, e.g. ``r2med-leaderboard:hyde/o3-mini/nv``.
+
+A spec naming a row its source lacks is refused in one line that names the other source's
+spec when that one has the row. From the command line::
 
     python -m eval.references build RESULTS_DIR --commit SHA -o eval/references/r2med.json
-    python -m eval.references list [--method hyde] [--metric NDCG@10]
-    python -m eval.references show hyde/qwen-7b/bm25
+    python -m eval.references build-leaderboard leaderboard.tsv \\
+        -o eval/references/r2med-leaderboard.json
+    python -m eval.references list [--method hyde] [--metric NDCG@10] [--table r2med]
+    python -m eval.references show hyde/qwen-7b/bm25     # both sources; r2med:... one
+
+**The leaderboard's names.** Its ``llm`` and ``retriever`` cells are mapped to R2MED's short
+names by `LEADERBOARD_LLMS` and `LEADERBOARD_RETRIEVERS` (case-insensitive); ``-`` is no LLM
+(a ``base/`` row), ``Search-O1 (QwQ-32b)`` is ``search-o1/qwq-32b``, ``Search-R1
+(Qwen2.5-7b-it-em-ppo)`` is ``search-r1/qwen-7b-ins``, and an LLM alone is a HyDE row (the
+page's HyDE rows are ``results/gar/hyde``'s: the 24 both sources hold agree to the rounding).
+A name that maps to none is refused, naming the TSV's line and field.
+
+**Conflicts are shown, never resolved.** Where both sources hold a row, its nDCG@10 is
+compared task by task on the leaderboard's scale: the repository's 5-decimal fraction ×100
+against the page's 2-decimal figure. They agree when the one rounds to the other, i.e. they
+are at most 0.005 apart; at an exact half either rounding is accepted, because the page
+rounds halves both ways (52.815 as 52.81, 41.215 as 41.22). A row with any task beyond that
+is a `Conflict` (``base/medcpt``: 7.87 in the repository, 9.02 on the leaderboard, 7 of 8
+tasks differ), found by `find_conflicts` from the data, and ``list``, ``show``,
+``eval.compare --reference`` and a run's printed paper figure show both figures with their
+sources. The Avg is not compared: the page averages unrounded figures, so a row whose every
+task agrees may still print an Avg 0.01 apart (hyde/huatuo-o1-70b/bm25: 33.42 and 33.43).
 
 Decisions worth knowing:
 
@@ -20,8 +59,11 @@ Decisions worth knowing:
   (`eval.metrics`); every cut-off a file holds is kept, and the values are R2MED's exactly,
   never rounded again. Rows spelled ``ndcg_at_k`` mostly hold cut-offs 1, 3, 5, 10, 100 and
   no MRR: a figure a file lacks is absent, not 0.
+* The leaderboard's data file keeps the page's figures as printed (×100); they are read as
+  fractions like every metric here, with 4 decimals (`Reference.decimals`).
 * The paper's average is the mean of the 8 per-task values (×100 in its tables);
-  `Reference.average` returns the mean as a fraction, like every metric here.
+  `Reference.average` returns it as a fraction. Over all 8 tasks a leaderboard row's is the
+  page's own Avg, which the data file keeps (it was averaged before rounding).
 * Nothing here knows about agents or run configurations (`agents.paper` maps a run to its
   row); this module imports nothing heavy, so ``--help`` is instant.
 """
@@ -35,18 +77,32 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from eval.cli import command
 from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.metrics import FAMILIES, parse_metric, parse_metrics
 
 DATA_DIR = Path(__file__).resolve().parent / "references"
-DEFAULT_TABLE = "r2med"
+DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
+LEADERBOARD_TABLE = "r2med-leaderboard"  # R2MED's project page
+TABLES = (DEFAULT_TABLE, LEADERBOARD_TABLE)  # the order the sources are shown in
 REPOSITORY = "https://github.com/R2MED/R2MED"
+LEADERBOARD_PAGE = "https://r2med.github.io"
+LEADERBOARD_SOURCE = "R2MED leaderboard, r2med.github.io"
 SHOWN_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "P@10", "MRR")
+LEADERBOARD_METRIC = "NDCG@10"  # the one metric the page publishes
+
+# what kind of source a table is, and how its rows are labelled
+REPOSITORY_KIND, LEADERBOARD_KIND = "repository", "leaderboard"
+SOURCE_NAMES = {REPOSITORY_KIND: "R2MED repository", LEADERBOARD_KIND: "R2MED leaderboard"}
+KIND_OF_TABLE = {DEFAULT_TABLE: REPOSITORY_KIND, LEADERBOARD_TABLE: LEADERBOARD_KIND}
+# decimals of a fraction: R2MED's files write 5; the page 2 of the figure ×100
+DECIMALS = {REPOSITORY_KIND: 5, LEADERBOARD_KIND: 4}
 
 # R2MED's folders under results/, and the row-id prefix each gets
 BASE_FOLDER, GAR_FOLDER, RERANKER_FOLDER = "base retriever", "gar", "reranker"
@@ -71,19 +127,29 @@ class Reference:
 
     row: str  # "hyde/qwen-7b/bm25"
     tasks: Mapping[str, Mapping[str, float]]  # R2MED task -> metric -> value
-    repository: str
-    commit: str
-    path: str  # the row's folder in R2MED's repository: "results/gar/hyde/qwen-7b/bm25"
+    repository: str  # a leaderboard row: "" (the page is in no repository)
+    commit: str  # likewise
+    # where the row is in its source: the repository's folder, "results/gar/hyde/qwen-7b/bm25",
+    # or the page's names of its LLM and retriever, "o3-mini / NV-Embed-v2"
+    path: str
     spelling: str = "NDCG@k"  # how R2MED's files of this row spell the metrics
+    table: str = DEFAULT_TABLE
+    kind: str = REPOSITORY_KIND
+    published_average: float | None = None  # the source's own 8-task Avg (the leaderboard's)
 
     @property
     def spec(self) -> str:
-        return f"{DEFAULT_TABLE}:{self.row}"
+        return f"{self.table}:{self.row}"
+
+    @property
+    def source_name(self) -> str:
+        """The source in two words: "R2MED repository" or "R2MED leaderboard"."""
+        return SOURCE_NAMES[self.kind]
 
     @property
     def label(self) -> str:
-        """How tables name the row beside runs."""
-        return f"R2MED paper: {self.row}"
+        """How tables name the row beside runs: by the source its figures come from."""
+        return f"{self.source_name}: {self.row}"
 
     @property
     def method(self) -> str:
@@ -93,7 +159,25 @@ class Reference:
     @property
     def source(self) -> str:
         """Where the figures come from, in one line."""
+        if self.kind == LEADERBOARD_KIND:
+            return f"{LEADERBOARD_SOURCE} (its row {self.path})"
         return f"{self.repository} at {self.commit}, {self.path}"
+
+    @property
+    def location(self) -> str:
+        """A browsable address of the figures: the row's folder at its commit, or the page."""
+        if self.kind == LEADERBOARD_KIND:
+            return LEADERBOARD_PAGE
+        return f"{self.repository}/tree/{self.commit}/{quote(self.path)}"  # "base retriever"
+
+    @property
+    def decimals(self) -> int:
+        """How many decimals the source's fractions carry (5 in R2MED's files, 4 on the page)."""
+        return DECIMALS[self.kind]
+
+    def format(self, value: float) -> str:
+        """A figure of this row as its source wrote it: 0.19188, or 0.3401 for the page's 34.01."""
+        return f"{value:.{self.decimals}f}"
 
     def figure(self, task: str, metric: str = "NDCG@10") -> float | None:
         """The row's ``metric`` on ``task`` (any spelling of an R2MED task name), else None."""
@@ -104,7 +188,8 @@ class Reference:
 
     def average(self, metric: str = "NDCG@10", tasks: Iterable[str] | None = None) -> float:
         """Mean of ``metric`` over ``tasks`` (default: all the row's tasks), as a fraction:
-        ×100 over the 8 tasks is the paper's Avg. ValueError when a task lacks the figure."""
+        ×100 over the 8 tasks is the paper's Avg (a leaderboard row's: the page's own).
+        ValueError when a task lacks the figure."""
         names = list(self.tasks) if tasks is None else list(dict.fromkeys(tasks))
         values = []
         for task in names:
@@ -114,6 +199,9 @@ class Reference:
             values.append(value)
         if not values:
             raise ValueError(f"{self.spec}: no task to average over")
+        every = {r2med_task_name(t) for t in names} == set(R2MED_TASKS)
+        if every and metric == LEADERBOARD_METRIC and self.published_average is not None:
+            return self.published_average
         return sum(values) / len(values)
 
 
@@ -131,12 +219,15 @@ def _read_table(name: str) -> dict[str, Reference]:
         known = ", ".join(table_names()) or "none"
         raise UnknownReference(f"unknown reference table {name!r}; known: {known}")
     data = json.loads(path.read_text(encoding="utf-8"))
-    return references_from(data)
+    return references_from(data, name)
 
 
-def references_from(data: Mapping[str, Any]) -> dict[str, Reference]:
-    """The rows of a table as `build_table` returns it (and the data file holds)."""
+def references_from(data: Mapping[str, Any], table: str | None = None) -> dict[str, Reference]:
+    """The rows of a table as `build_table` or `build_leaderboard` returns it (and the data
+    file holds); ``table`` names it in the rows' specs (default: the shipped name of its kind)."""
     source = data["source"]
+    if source.get("kind") == LEADERBOARD_KIND:
+        return _leaderboard_references(data, table or LEADERBOARD_TABLE)
     return {
         row: Reference(
             row=row,
@@ -145,6 +236,29 @@ def references_from(data: Mapping[str, Any]) -> dict[str, Reference]:
             commit=source["commit"],
             path=entry["path"],
             spelling=entry["spelling"],
+            table=table or DEFAULT_TABLE,
+        )
+        for row, entry in data["rows"].items()
+    }
+
+
+def _fraction(published: float) -> float:
+    """The page's figure ×100 (34.01) as a fraction, without float noise (0.3401)."""
+    return float(Decimal(repr(published)) / 100)
+
+
+def _leaderboard_references(data: Mapping[str, Any], table: str) -> dict[str, Reference]:
+    metric = data["source"]["metric"]
+    return {
+        row: Reference(
+            row=row,
+            tasks={t: {metric: _fraction(v)} for t, v in entry["tasks"].items()},
+            repository="",
+            commit="",
+            path=_page_row(entry["llm"], entry["retriever"]),
+            table=table,
+            kind=LEADERBOARD_KIND,
+            published_average=_fraction(entry["avg"]),
         )
         for row, entry in data["rows"].items()
     }
@@ -153,6 +267,13 @@ def references_from(data: Mapping[str, Any]) -> dict[str, Reference]:
 def load_references(name: str = DEFAULT_TABLE) -> dict[str, Reference]:
     """Every row of a shipped table (``eval/references/<name>.json``) by row id."""
     return dict(_read_table(name))
+
+
+def references_of(row: str) -> list[Reference]:
+    """The row ``row`` (an id or R2MED's path) in every shipped source that holds it,
+    the repository's first."""
+    row = normalise_row(row)
+    return [refs[row] for refs in (load_references(t) for t in TABLES) if row in refs]
 
 
 def normalise_row(text: str) -> str:
@@ -166,18 +287,25 @@ def normalise_row(text: str) -> str:
 
 def reference(spec: str) -> Reference:
     """The row ``<table>:<row id>`` names, e.g. ``r2med:hyde/qwen-7b/bm25`` (R2MED's path of
-    the row is accepted too); `UnknownReference` naming close matches otherwise."""
+    the row is accepted too) or ``r2med-leaderboard:hyde/o3-mini/nv``; `UnknownReference`
+    naming the other source's spec, when it has the row, and close matches otherwise."""
     name, colon, row = spec.partition(":")
     if not colon or not row.strip():
         raise UnknownReference(
-            f"reference {spec!r}: expected <table>:<row>, e.g. r2med:hyde/qwen-7b/bm25"
+            f"reference {spec!r}: expected <table>:<row>, e.g. r2med:hyde/qwen-7b/bm25 or "
+            f"{LEADERBOARD_TABLE}:hyde/o3-mini/nv"
         )
-    rows = _read_table(name.strip().lower())
+    name = name.strip().lower()
+    rows = _read_table(name)
     row = normalise_row(row)
     if row in rows:
         return rows[row]
-    close = difflib.get_close_matches(row, list(rows), n=5, cutoff=0.6)
-    hint = f"close matches: {', '.join(close)}" if close else "no close match"
+    other = next((t for t in TABLES if t != name and row in load_references(t)), None)
+    if other is not None:  # the row is R2MED's, in its other source
+        hint = f"the {SOURCE_NAMES[KIND_OF_TABLE[other]]} has it: {other}:{row}"
+    else:
+        close = difflib.get_close_matches(row, list(rows), n=5, cutoff=0.6)
+        hint = f"close matches: {', '.join(close)}" if close else "no close match"
     raise UnknownReference(
         f"reference {spec!r}: no such row in {name}; {hint} "
         f"(python -m eval.references list shows them all)"
@@ -345,6 +473,256 @@ def table_text(table: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- the leaderboard's importer ------------------------------------------------------------
+
+# The page's names (case-folded) -> R2MED's short names, its results/ folders' (agents.paper
+# maps those to models). Only names the page uses: a new one must be mapped by hand.
+LEADERBOARD_RETRIEVERS = {
+    "bm25": "bm25",
+    "nv-embed-v2": "nv",
+    "text-embedding-3-large": "openai",
+    "bge-large-en-v1.5": "bge",
+    "gritlm-7b": "grit",
+    "sfr-embedding-mistral": "sfr",
+    "bmretriever-7b": "bmr-7b",
+    "bmretriever-2b": "bmr-2b",
+    "bmretriever-410m": "bmr-410m",
+    "voyage-3": "voyage",
+    "e5-mistral-7b-instruct": "e5",
+    "instructor-xl": "inst-xl",
+    "instructor-l": "inst-l",
+    "contriever": "contriever",
+    "medcpt": "medcpt",
+}
+LEADERBOARD_LLMS = {
+    "o3-mini": "o3-mini",
+    "gpt4o": "gpt4",
+    "huatuogpt-o1-70b": "huatuo-o1-70b",
+    "deepseek-r1-distill-llama-70b": "r1-llama-70b",
+    "deepseek-r1-distill-qwen-32b": "r1-qwen-32b",
+    "llama3.1-70b-ins": "llama-70b",
+    "qwq-32b": "qwq-32b",
+    "qwen3-32b": "qwen3-32b",
+    "qwen2.5-32b-ins": "qwen-32b",
+    "qwen2.5-7b-ins": "qwen-7b",
+    # Search-R1's own checkpoints, as "Search-R1 (...)" names them
+    "qwen2.5-7b-it-em-ppo": "qwen-7b-ins",
+    "qwen2.5-3b-it-em-ppo": "qwen-3b-ins",
+}
+LEADERBOARD_AGENTS = {"search-o1": "search-o1", "search-r1": "search-r1"}  # "Search-O1 (...)"
+LEADERBOARD_NO_LLM = "-"  # a retriever alone: a base/ row
+LEADERBOARD_LLM_METHOD = "hyde"  # an LLM alone: the page's rows are R2MED's HyDE rows
+LEADERBOARD_COLUMNS = ("llm", "retriever", "avg", *R2MED_TASKS)
+# the page averages unrounded figures: its Avg is within 0.005 of their mean, which is within
+# 0.005 of the mean of its rounded figures
+AVERAGE_TOLERANCE = Decimal("0.01")
+_AGENT_CELL = re.compile(r"(?P<agent>[^()]+?)\s*\((?P<llm>[^()]+)\)")
+
+
+def _page_row(llm: str, retriever: str) -> str:
+    """The page's names of a row, as a reader finds it there: "o3-mini / NV-Embed-v2"."""
+    return retriever if llm == LEADERBOARD_NO_LLM else f"{llm} / {retriever}"
+
+
+def _short(names: Mapping[str, str], text: str, where: str, field: str) -> str:
+    short = names.get(text.strip().casefold())
+    if short is None:
+        raise ValueError(
+            f"{where}: {field} {text!r}: no R2MED short name for it (known: "
+            f"{', '.join(sorted(names))})"
+        )
+    return short
+
+
+def leaderboard_row_id(llm: str, retriever: str, where: str = "") -> str:
+    """The row id of the page's ``llm`` and ``retriever`` cells: ("-", "BM25") -> "base/bm25",
+    ("o3-mini", "NV-Embed-v2") -> "hyde/o3-mini/nv", ("Search-O1 (QwQ-32b)", "BM25") ->
+    "search-o1/qwq-32b/bm25"; ValueError naming ``where`` and the field otherwise."""
+    short = _short(LEADERBOARD_RETRIEVERS, retriever, where, "retriever")
+    cell = llm.strip()
+    if cell == LEADERBOARD_NO_LLM:
+        return f"{BASE_PREFIX}/{short}"
+    match = _AGENT_CELL.fullmatch(cell)
+    if match is None:
+        return f"{LEADERBOARD_LLM_METHOD}/{_short(LEADERBOARD_LLMS, cell, where, 'llm')}/{short}"
+    method = _short(LEADERBOARD_AGENTS, match["agent"], where, "llm")
+    return f"{method}/{_short(LEADERBOARD_LLMS, match['llm'], where, 'llm')}/{short}"
+
+
+def _published_figure(text: str, where: str, field: str) -> Decimal:
+    """One cell of the page's ×100 figures: a number from 0 to 100, at most 2 decimals."""
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(f"{where}: {field} {text!r}: not a number") from None
+    if not value.is_finite() or not 0 <= value <= 100 or value.as_tuple().exponent < -2:
+        raise ValueError(f"{where}: {field} {text!r}: not a figure ×100 to 2 decimals")
+    return value
+
+
+def _leaderboard_line(fields: list[str], where: str) -> tuple[str, dict[str, Any]]:
+    """(row id, its entry) of one line of the TSV."""
+    if len(fields) != len(LEADERBOARD_COLUMNS):
+        raise ValueError(
+            f"{where}: {len(fields)} tab-separated fields, expected {len(LEADERBOARD_COLUMNS)} "
+            f"({', '.join(LEADERBOARD_COLUMNS)})"
+        )
+    llm, retriever, avg_text, *task_texts = fields
+    row = leaderboard_row_id(llm, retriever, where)
+    avg = _published_figure(avg_text, where, "avg")
+    figures = {
+        t: _published_figure(v, where, t) for t, v in zip(R2MED_TASKS, task_texts, strict=True)
+    }
+    mean = sum(figures.values()) / len(figures)
+    if abs(mean - avg) > AVERAGE_TOLERANCE:
+        raise ValueError(f"{where}: avg {avg_text}: the 8 tasks' mean is {mean:.3f}")
+    entry = {
+        "llm": llm.strip(),
+        "retriever": retriever.strip(),
+        "avg": float(avg),
+        "tasks": {t: float(v) for t, v in figures.items()},
+    }
+    return row, entry
+
+
+def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
+    """The data of the leaderboard's table from a TSV copy of the page's table (a header
+    ``llm retriever avg <the 8 tasks>``, then one row a line, in the page's order).
+
+    Every name is mapped to R2MED's short names and every figure checked; a bad header,
+    field, name, figure or a row given twice is refused in one line naming the line.
+    """
+    path = Path(tsv)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = lines[0].split("\t") if lines else []
+    if [h.strip() for h in header] != list(LEADERBOARD_COLUMNS):
+        raise ValueError(
+            f"{path.as_posix()}:1: header {header!r}: expected the columns "
+            f"{', '.join(LEADERBOARD_COLUMNS)} (tab-separated)"
+        )
+    rows: dict[str, Any] = {}
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        where = f"{path.as_posix()}:{number}"
+        row, entry = _leaderboard_line(line.split("\t"), where)
+        if row in rows:
+            raise ValueError(f"{where}: row {row} again (line {first_line[row]})")
+        rows[row], first_line[row] = entry, number
+    if not rows:
+        raise ValueError(f"{path.as_posix()}: no rows below the header")
+    source = {"kind": LEADERBOARD_KIND, "name": LEADERBOARD_SOURCE, "page": LEADERBOARD_PAGE,
+              "metric": LEADERBOARD_METRIC, "scale": 100}  # fmt: skip
+    return {"source": source, "tasks": list(R2MED_TASKS), "rows": rows}
+
+
+def leaderboard_text(table: Mapping[str, Any]) -> str:
+    """The leaderboard's data file: one row a line, in the page's order, so a diff shows it."""
+
+    def dump(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    lines = ["{", f'  "source": {dump(table["source"])},', f'  "tasks": {dump(table["tasks"])},']
+    lines.append('  "rows": {')
+    rows = list(table["rows"].items())
+    for i, (row, entry) in enumerate(rows):
+        lines.append(f"    {dump(row)}: {dump(entry)}" + ("," if i < len(rows) - 1 else ""))
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def leaderboard_tsv(table: Mapping[str, Any]) -> str:
+    """The TSV `build_leaderboard` reads, written back from its data (for the round trip)."""
+    lines = ["\t".join(LEADERBOARD_COLUMNS)]
+    for entry in table["rows"].values():
+        figures = [entry["tasks"][t] for t in R2MED_TASKS]
+        cells = [entry["llm"], entry["retriever"], *(repr(v) for v in [entry["avg"], *figures])]
+        lines.append("\t".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+# ---- where the two sources disagree --------------------------------------------------------
+
+HALF_UNIT = Decimal("0.005")  # half of the page's last decimal, on its ×100 scale
+
+
+def agrees(repository_value: float, leaderboard_value: float) -> bool:
+    """Whether the page's figure is the repository's rounded to the page's 2 decimals ×100:
+    at most half a unit apart, at an exact half either way (the page rounds halves both
+    ways). Compared as the decimals they were written with, not as binary floats."""
+    apart = abs(Decimal(repr(repository_value)) - Decimal(repr(leaderboard_value))) * 100
+    return apart <= HALF_UNIT
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A row both sources hold whose nDCG@10 differs beyond rounding on some task."""
+
+    repository: Reference
+    leaderboard: Reference
+    tasks: tuple[str, ...]  # the tasks that differ, in R2MED's order
+
+    @property
+    def row(self) -> str:
+        return self.repository.row
+
+    def other(self, ref: Reference) -> Reference:
+        """The source that is not ``ref``'s."""
+        return self.leaderboard if ref.kind == REPOSITORY_KIND else self.repository
+
+    def text(self) -> str:
+        """Both sources' figures, one line: what every output says of a conflict."""
+        pairs = ", ".join(f"{t} {task_pct(self.repository, t)} vs "
+                          f"{task_pct(self.leaderboard, t)}" for t in self.tasks)  # fmt: skip
+        repo_avg = self.repository.average(LEADERBOARD_METRIC) * 100
+        board_avg = self.leaderboard.average(LEADERBOARD_METRIC) * 100
+        return (
+            f"{self.row}: R2MED's two sources conflict: nDCG@10 ×100 differs beyond rounding "
+            f"on {len(self.tasks)} of {len(self.leaderboard.tasks)} tasks ({pairs}); Avg "
+            f"{repo_avg:.2f} in the {SOURCE_NAMES[REPOSITORY_KIND]} ({self.repository.spec}) "
+            f"vs {board_avg:.2f} on the {SOURCE_NAMES[LEADERBOARD_KIND]} "
+            f"({self.leaderboard.spec})"
+        )
+
+
+def task_pct(ref: Reference, task: str) -> str:
+    """The row's nDCG@10 ×100 on ``task`` with every decimal its source wrote (18.376, 17.57)."""
+    value = ref.figure(task, LEADERBOARD_METRIC)
+    return "-" if value is None else f"{value * 100:.{ref.decimals - 2}f}"
+
+
+def find_conflicts(
+    repository: Mapping[str, Reference], leaderboard: Mapping[str, Reference]
+) -> dict[str, Conflict]:
+    """Every row both tables hold whose nDCG@10 disagrees (`agrees`) on a task both report."""
+    found = {}
+    for row, board in leaderboard.items():
+        repo = repository.get(row)
+        if repo is None:
+            continue
+        differ = []
+        for task in R2MED_TASKS:
+            a, b = repo.figure(task, LEADERBOARD_METRIC), board.figure(task, LEADERBOARD_METRIC)
+            if a is not None and b is not None and not agrees(a, b):
+                differ.append(task)
+        if differ:
+            found[row] = Conflict(repo, board, tuple(differ))
+    return found
+
+
+def conflicts() -> dict[str, Conflict]:
+    """The conflicts between the shipped repository and leaderboard tables, by row id."""
+    return find_conflicts(load_references(DEFAULT_TABLE), load_references(LEADERBOARD_TABLE))
+
+
+def conflict_of(ref: Reference) -> Conflict | None:
+    """The conflict a shipped row is part of, or None (a row of another table: None)."""
+    if ref.table not in TABLES:
+        return None
+    return conflicts().get(ref.row)
+
+
 # ---- command line --------------------------------------------------------------------------
 
 
@@ -352,9 +730,11 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f}"
 
 
-def _average_cell(ref: Reference, metric: str) -> str:
-    """The row's average ×100 over all its tasks; "-" when a task lacks the metric, and a
-    "*" with the count when the row has fewer than R2MED's 8 tasks."""
+def _average_cell(ref: Reference | None, metric: str) -> str:
+    """The row's average ×100 over all its tasks; "-" when a task lacks the metric (or there
+    is no row), and a "*" with the count when the row has fewer than R2MED's 8 tasks."""
+    if ref is None:
+        return "-"
     try:
         text = _pct(ref.average(metric))
     except ValueError:
@@ -362,47 +742,142 @@ def _average_cell(ref: Reference, metric: str) -> str:
     return text if len(ref.tasks) == len(R2MED_TASKS) else f"{text}* ({len(ref.tasks)} tasks)"
 
 
-def list_text(rows: Mapping[str, Reference], method: str | None, metric: str) -> str:
-    chosen = [r for r in rows.values() if method is None or r.method == method]
-    lines = [f"| row | Avg {metric} ×100 | R2MED path |", "|---|---:|---|"]
-    lines += [f"| {r.row} | {_average_cell(r, metric)} | {r.path} |" for r in chosen]
+def _row_order(row: str) -> tuple[int, list[str]]:
+    """Base rows, the methods in R2MED's order, then the rerankers; by name within each."""
+    method, *rest = row.split("/")
+    order = [BASE_PREFIX, *GAR_METHODS, RERANKER_PREFIX]
+    return (order.index(method) if method in order else len(order)), [method, *rest]
+
+
+def merged_rows(tables: Mapping[str, Mapping[str, Reference]]) -> dict[str, dict[str, Reference]]:
+    """Row id -> table -> its row, over ``tables`` (name -> rows), in `_row_order`."""
+    merged: dict[str, dict[str, Reference]] = {}
+    for name, rows in tables.items():
+        for row, ref in rows.items():
+            merged.setdefault(row, {})[name] = ref
+    return {row: merged[row] for row in sorted(merged, key=_row_order)}
+
+
+def _source_line(name: str, rows: Mapping[str, Reference]) -> str:
     first = next(iter(rows.values()), None)
-    if first is not None:
-        lines.append(f"\n{len(chosen)} rows of {first.repository} at {first.commit}.")
+    if first is None:
+        return f"{name}: no rows"
+    where = LEADERBOARD_PAGE if first.kind == LEADERBOARD_KIND else (
+        f"{first.repository} at {first.commit}, results/")  # fmt: skip
+    return f"{len(rows)} rows from the {first.source_name} ({where}; specs {name}:<row>)"
+
+
+def list_text(
+    tables: Mapping[str, Mapping[str, Reference]],
+    method: str | None,
+    metric: str,
+    found: Mapping[str, Conflict],
+) -> str:
+    """Every row of ``tables`` (name -> rows), one line each, with each source's Avg side by
+    side; the ``found`` conflicts among them marked and spelt out below."""
+    names = list(tables)
+    merged = {r: by for r, by in merged_rows(tables).items()
+              if method is None or r.split("/", 1)[0] == method}  # fmt: skip
+    heads = [SOURCE_NAMES[KIND_OF_TABLE.get(n, REPOSITORY_KIND)] for n in names]
+    lines = [f"| row | {' | '.join(heads)} | note |", "|---|" + "---:|" * len(names) + "---|"]
+    shown = []
+    for row, by in merged.items():
+        cells = [_average_cell(by.get(n), metric) for n in names]
+        note = ""
+        if (c := found.get(row)) is not None:
+            note = f"CONFLICT: {len(c.tasks)} of {len(c.leaderboard.tasks)} tasks differ"
+            shown.append(c)
+        lines.append(f"| {row} | {' | '.join(cells)} | {note} |")
+    lines.append("")
+    lines += [_source_line(n, rows) + "." for n, rows in tables.items()]
+    lines.append(f"{len(merged)} rows shown, Avg {metric} ×100.")
+    if len(names) > 1:
+        lines.append(
+            "A leaderboard Avg is the page's own, averaged before rounding: it may be 0.01 "
+            "from the repository's where every task agrees."
+        )
+    lines += [f"CONFLICT: {c.text()}" for c in shown]
     return "\n".join(lines) + "\n"
 
 
 def show_text(ref: Reference, metrics: Sequence[str]) -> str:
-    lines = [
-        f"{ref.label}",
-        f"from {ref.source}\n",
-        "| task | " + " | ".join(metrics) + " |",
-        "|---|" + "|".join(["---:"] * len(metrics)) + "|",
+    """One source's row: per task, the asked metrics it publishes, and their Avg ×100."""
+    held = [m for m in metrics if any(m in values for values in ref.tasks.values())]
+    lines = [f"{ref.label}", f"from {ref.source}\n"]
+    if not held:
+        published = sorted({m for v in ref.tasks.values() for m in v}, key=_metric_order)
+        return "\n".join([*lines, f"it publishes none of {', '.join(metrics)}, only "
+                          f"{', '.join(published)}"]) + "\n"  # fmt: skip
+    lines += [
+        "| task | " + " | ".join(held) + " |",
+        "|---|" + "|".join(["---:"] * len(held)) + "|",
     ]
     for task, values in ref.tasks.items():
-        cells = ["-" if values.get(m) is None else f"{values[m]:.5f}" for m in metrics]
+        cells = ["-" if values.get(m) is None else ref.format(values[m]) for m in held]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    lines.append("| Avg ×100 | " + " | ".join(_average_cell(ref, m) for m in metrics) + " |")
+    lines.append("| Avg ×100 | " + " | ".join(_average_cell(ref, m) for m in held) + " |")
     return "\n".join(lines) + "\n"
+
+
+def conflict_text(c: Conflict) -> str:
+    """A conflict as a table: both sources' nDCG@10 ×100 on every task, the differing marked."""
+    repo, board = c.repository, c.leaderboard
+    lines = [
+        f"CONFLICT: R2MED's two sources differ on {c.row}: nDCG@10 ×100 beyond rounding on "
+        f"{len(c.tasks)} of {len(board.tasks)} tasks ({repo.spec} vs {board.spec})\n",
+        f"| task | {repo.source_name} | {board.source_name} | |",
+        "|---|---:|---:|---|",
+    ]
+    for task in R2MED_TASKS:
+        mark = "differs" if task in c.tasks else ""
+        lines.append(f"| {task} | {task_pct(repo, task)} | {task_pct(board, task)} | {mark} |")
+    avgs = [_average_cell(r, LEADERBOARD_METRIC) for r in (repo, board)]
+    lines.append(f"| Avg | {avgs[0]} | {avgs[1]} | |")
+    return "\n".join(lines) + "\n"
+
+
+def show_rows(spec: str, metrics: Sequence[str]) -> str:
+    """``show``: a spec's one source, or a bare row id's every source, and its conflict."""
+    if ":" in spec:
+        refs = [reference(spec)]
+    else:
+        refs = references_of(spec)
+        if not refs:
+            reference(f"{DEFAULT_TABLE}:{spec}")  # refused, with the close matches
+    blocks = [show_text(ref, metrics) for ref in refs]
+    conflict = conflict_of(refs[0])
+    if conflict is not None:
+        blocks.append(conflict_text(conflict))
+    return "\n".join(blocks)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m eval.references",
-        description="R2MED's published per-task figures: build the shipped table from R2MED's "
-        "results/ folder, list its rows, show one.",
+        description="R2MED's published per-task figures, from its repository's results/ and "
+        "its leaderboard (r2med.github.io): build the shipped tables, list their rows, show one.",
     )
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="read R2MED's results/ folder into a table")
     b.add_argument("results_dir", type=Path, metavar="RESULTS_DIR", help="R2MED's results/")
     b.add_argument("--commit", required=True, help="the R2MED commit the folder is at")
     b.add_argument("-o", "--out", type=Path, default=None, help="default: print it")
-    ls = sub.add_parser("list", help="every row with its average over the 8 tasks")
+    lb = sub.add_parser("build-leaderboard", help="read a TSV copy of the leaderboard")
+    lb.add_argument("tsv", type=Path, metavar="TSV", help="llm, retriever, avg, the 8 tasks")
+    lb.add_argument("-o", "--out", type=Path, default=None, help="default: print it")
+    ls = sub.add_parser("list", help="every row with each source's average over the 8 tasks")
     ls.add_argument("--method", default=None, help="base, reranker, hyde, query2doc, ...")
     ls.add_argument("--metric", default="NDCG@10", help="default: %(default)s")
-    ls.add_argument("--table", default=DEFAULT_TABLE, help="default: %(default)s")
+    ls.add_argument(
+        "--table", default=None, help=f"one source, {' or '.join(TABLES)}; default: both"
+    )
     sh = sub.add_parser("show", help="one row's per-task figures")
-    sh.add_argument("row", metavar="ROW", help="a row id (hyde/qwen-7b/bm25) or r2med:<row>")
+    sh.add_argument(
+        "row",
+        metavar="ROW",
+        help="a row id (hyde/qwen-7b/bm25: every source that has it) or a spec "
+        f"(r2med:<row>, {LEADERBOARD_TABLE}:<row>)",
+    )
     sh.add_argument(
         "--metrics", default=",".join(SHOWN_METRICS), help="comma-separated; default: %(default)s"
     )
@@ -414,37 +889,53 @@ def main(argv: list[str] | None = None) -> int:
     return command(lambda: _main(args))
 
 
+def _write(text: str, out: Path | None) -> None:
+    from eval.files import write_text
+
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_text(out, text)
+        print(f"written to {out}")
+
+
+def _list(args: argparse.Namespace) -> None:
+    try:
+        parse_metric(args.metric)
+    except ValueError as e:
+        raise ValueError(f"--metric: {e}") from None
+    names = list(TABLES) if args.table is None else [args.table]
+    try:
+        tables = {name: load_references(name) for name in names}
+    except UnknownReference as e:
+        raise ValueError(f"--table: {e}") from None
+    methods = list(dict.fromkeys(r.split("/", 1)[0] for r in merged_rows(tables)))
+    if args.method is not None and args.method not in methods:
+        raise ValueError(f"--method {args.method!r}: known: {', '.join(methods)}")
+    found = conflicts() if len(names) > 1 else {
+        row: c for row, c in conflicts().items() if row in tables[names[0]]}  # fmt: skip
+    sys.stdout.write(list_text(tables, args.method, args.metric, found))
+
+
 def _main(args: argparse.Namespace) -> int:
     if args.command == "build":
-        from eval.files import write_text
-
         if not _COMMIT.fullmatch(args.commit):
             raise ValueError(f"--commit {args.commit!r}: expected 7 to 40 hex digits")
         if not args.results_dir.is_dir():
             raise ValueError(f"RESULTS_DIR {args.results_dir}: not a folder")
-        text = table_text(build_table(args.results_dir, args.commit))
-        if args.out is None:
-            sys.stdout.write(text)
-        else:
-            write_text(args.out, text)
-            print(f"written to {args.out}")
+        _write(table_text(build_table(args.results_dir, args.commit)), args.out)
+    elif args.command == "build-leaderboard":
+        if not args.tsv.is_file():
+            raise ValueError(f"TSV {args.tsv}: not a file")
+        _write(leaderboard_text(build_leaderboard(args.tsv)), args.out)
     elif args.command == "list":
-        try:
-            parse_metric(args.metric)
-        except ValueError as e:
-            raise ValueError(f"--metric: {e}") from None
-        rows = load_references(args.table)
-        methods = list(dict.fromkeys(r.method for r in rows.values()))
-        if args.method is not None and args.method not in methods:
-            raise ValueError(f"--method {args.method!r}: known: {', '.join(methods)}")
-        sys.stdout.write(list_text(rows, args.method, args.metric))
+        _list(args)
     else:
         try:
             metrics = parse_metrics(args.metrics)
         except ValueError as e:
             raise ValueError(f"--metrics: {e}") from None
-        spec = args.row if ":" in args.row else f"{DEFAULT_TABLE}:{args.row}"
-        sys.stdout.write(show_text(reference(spec), metrics))
+        sys.stdout.write(show_rows(args.row, metrics))
     return 0
 
 

@@ -3,7 +3,8 @@
 What the README shows is checked as written: the quick start's three commands (the install
 line is also compared with .ci/llama-build-flags, tests/test_local_llm.py), the Python call
 (run on the demo with a scripted model in place of the embedded one), and R2MED's figures in
-its rebuild table (the agents table is checked in tests/test_r2med_settings.py).
+its agents table (the best rows of both R2MED's sources, each marked with its source) and in
+its rebuild table.
 """
 
 from __future__ import annotations
@@ -89,6 +90,61 @@ def test_the_rebuild_tables_figures_are_r2meds():
         assert float(figure) == round(table[row].average() * 100, 2), row
         method, llm, _ = row.split("/")
         assert f"--agent {method} --dataset r2med --generations r2med:{llm}" in commands, row
+
+
+# The agents table's names of R2MED's short names (its row ids)
+DISPLAY = {"o3-mini": "o3-mini", "gpt4": "GPT-4o", "qwen-72b": "Qwen2.5-72B", "qwq-32b": "QwQ-32B",
+           "qwen-7b-ins": "Search-R1 7B instruct", "nv": "NV-Embed-v2"}  # fmt: skip
+MARKS = {"R": "r2med", "L": "r2med-leaderboard"}
+AGENT_FIGURE = re.compile(r"(\d+\.\d\d)(?: \(([^)]*)\))? \[(R|L|R, L)\]")
+
+
+def _published_averages(method: str) -> dict[tuple[str, str], str]:
+    """(row id, table) -> its Avg nDCG@10 ×100 as printed, over both of R2MED's sources."""
+    from eval.references import TABLES, load_references
+
+    return {(row, table): f"{ref.average() * 100:.2f}"
+            for table in TABLES for row, ref in load_references(table).items()
+            if row.split("/")[0] == method}  # fmt: skip
+
+
+def _expected_cell(averages: dict[tuple[str, str], str], bm25: bool) -> tuple[str, str, str]:
+    """(figure, names, marks) of the best row, over BM25 rows only when ``bm25``."""
+    chosen = {k: v for k, v in averages.items() if not bm25 or k[0].endswith("/bm25")}
+    best = max(chosen.values(), key=float)
+    rows = {row for (row, _), v in chosen.items() if v == best}
+    assert len(rows) == 1, f"two rows tie at {best}: {rows}"  # else the names are ambiguous
+    (row,) = rows
+    marks = ", ".join(m for m, table in MARKS.items() if chosen.get((row, table)) == best)
+    parts = row.split("/")[1:]
+    names = ", ".join(DISPLAY[p] for p in (parts[:-1] if bm25 else parts) if p in DISPLAY)
+    return best, names, marks
+
+
+def test_the_agents_tables_figures_are_the_best_of_both_sources():
+    """Each figure is a row's Avg in the source(s) its mark names, [R, L] only where both
+    sources print it alike; the BM25 figure is the best BM25 row of the method over both
+    sources, the other the best row; the names in brackets are that row's."""
+    body = section(README.read_text(), "Agents")
+    checked = []
+    for agent, method in [("none", "base"), ("hyde", "hyde"), ("query2doc", "query2doc"),
+                          ("lamer", "lamer"), ("search-o1", "search-o1"),
+                          ("search-r1", "search-r1")]:  # fmt: skip
+        row = next(line for line in body.splitlines() if line.startswith(f"| `{agent}` |"))
+        cells = AGENT_FIGURE.findall(row.rsplit("|", 2)[-2])
+        assert len(cells) == 2, (agent, row)
+        averages = _published_averages(method)
+        for (figure, names, marks), bm25 in zip(cells, (True, False), strict=True):
+            assert (figure, names, marks) == _expected_cell(averages, bm25), (agent, bm25)
+        checked.append(agent)
+    assert len(checked) == 6
+    assert "— (BRIGHT's method)" in body and "| `tool-search` |" in body
+    # the one conflict the paragraph names, with both figures and their sources
+    from eval.references import conflicts
+
+    medcpt = conflicts()["base/medcpt"]
+    repo, board = (f"{r.average() * 100:.2f}" for r in (medcpt.repository, medcpt.leaderboard))
+    assert f"MedCPT: {repo} [R], {board} [L]" in " ".join(body.split())
 
 
 def test_the_python_call_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys):

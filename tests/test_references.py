@@ -1,14 +1,19 @@
-"""R2MED's published figures: read from its results/ layout exactly (both spellings of its
-metric keys), shipped as eval/references/r2med.json and checked against R2MED's files by
-value; the row a run's configuration reproduces (agents.paper); the figures and the exact
-differences beside real runs in eval.compare's outputs and agents.run's printed lines."""
+"""R2MED's published figures, from both its sources: its repository's results/ layout read
+exactly (both spellings of its metric keys), shipped as eval/references/r2med.json and checked
+against R2MED's files by value; its leaderboard (r2med.github.io) read from a TSV copy, shipped
+as eval/references/r2med-leaderboard.json; where the two agree (to the page's rounding) and
+where they conflict, found from the data; the row a run's configuration reproduces
+(agents.paper), from either source; the figures, their sources and the exact differences
+beside real runs in eval.compare's outputs and agents.run's printed lines."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -16,7 +21,7 @@ import pytest
 
 from agents.cli import report
 from agents.config import RunConfig, from_settings, to_dict
-from agents.paper import paper_figures, paper_row
+from agents.paper import LLMS, RETRIEVERS, paper_figures, paper_reference, paper_row, paper_spec
 from agents.pipeline import run
 from agents.run import main as run_main
 from eval.compare import compare_runs
@@ -24,8 +29,16 @@ from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, R2MED_TASKS
 from eval.references import (
     DATA_DIR,
+    LEADERBOARD_LLMS,
+    LEADERBOARD_RETRIEVERS,
     UnknownReference,
+    agrees,
+    build_leaderboard,
     build_table,
+    conflicts,
+    find_conflicts,
+    leaderboard_text,
+    leaderboard_tsv,
     load_references,
     r2med_key,
     reference,
@@ -33,10 +46,14 @@ from eval.references import (
     table_text,
 )
 from eval.references import main as references_main
+from tests.conftest import SHARED_ABSENT
 
 COMMIT = "62b7074600407f7776fbec6f55a4db96eb237ea4"  # R2MED's commit the shipped table is from
 SHIPPED_FILE = DATA_DIR / "r2med.json"
+LEADERBOARD_FILE = DATA_DIR / "r2med-leaderboard.json"
 REPO = Path(__file__).resolve().parents[1]
+# the page's table as copied beside the repo (never into it); the shipped JSON is built from it
+SHARED_TSV = REPO.parent / "shared" / "data" / "r2med-leaderboard" / "leaderboard.tsv"
 
 
 def _write_task(results: Path, row_folder: str, task: str, test: dict) -> None:
@@ -217,18 +234,228 @@ def test_the_table_holds_every_row_r2med_published_and_no_other():
     assert all(len(r.tasks) == 8 for r in rows.values())
 
 
+# ---- (d) the leaderboard: read from the page's table, shipped beside the repository's --------
+
+TSV_HEADER = "llm\tretriever\tavg\t" + "\t".join(R2MED_TASKS)
+# three rows of the page as published (its names, its ×100 figures), with a base row
+TSV_ROWS = [
+    "o3-mini\tNV-Embed-v2\t41.35\t34.01\t55.90\t51.28\t28.99\t40.30\t48.97\t50.86\t20.47",
+    "Search-O1 (QwQ-32b)\tBM25\t35.57\t60.78\t41.58\t43.93\t24.07\t39.94\t37.52\t28.38\t8.34",
+    "Search-R1 (Qwen2.5-3b-it-em-ppo)\tText-embedding-3-large\t30.19\t24.48\t40.91\t47.65"
+    "\t11.62\t16.78\t47.79\t32.27\t20",
+    "-\tMedCPT\t9.02\t2.15\t17.57\t14.74\t1.68\t2.02\t11.33\t14.62\t8.03",
+]
+
+
+def _tsv(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "leaderboard.tsv"
+    path.write_text("\n".join([TSV_HEADER, *lines]) + "\n", encoding="utf-8")
+    return path
+
+
+def test_build_leaderboard_maps_the_page_s_names_to_r2med_s(tmp_path):
+    table = build_leaderboard(_tsv(tmp_path, *TSV_ROWS))
+    assert table["source"]["kind"] == "leaderboard"
+    assert table["source"]["name"] == "R2MED leaderboard, r2med.github.io"
+    assert list(table["rows"]) == ["hyde/o3-mini/nv", "search-o1/qwq-32b/bm25",
+                                   "search-r1/qwen-3b-ins/openai", "base/medcpt"]  # fmt: skip
+    entry = table["rows"]["search-r1/qwen-3b-ins/openai"]
+    assert entry["llm"] == "Search-R1 (Qwen2.5-3b-it-em-ppo)" and entry["avg"] == 30.19
+    assert entry["tasks"]["IIYi-Clinical"] == 20.0 and list(entry["tasks"]) == list(R2MED_TASKS)
+
+    refs = references_from(table)
+    o3 = refs["hyde/o3-mini/nv"]
+    assert o3.spec == "r2med-leaderboard:hyde/o3-mini/nv"
+    assert o3.label == "R2MED leaderboard: hyde/o3-mini/nv"
+    assert o3.source == "R2MED leaderboard, r2med.github.io (its row o3-mini / NV-Embed-v2)"
+    assert o3.location == "https://r2med.github.io"
+    assert o3.figure("biology") == 0.3401 and o3.figure("Biology", "MAP@10") is None
+    assert o3.format(o3.figure("Biology")) == "0.3401"
+    assert o3.average() == 0.4135  # the page's own Avg over the 8 tasks
+    assert o3.average(tasks=["Biology", "Bioinformatics"]) == pytest.approx((0.3401 + 0.559) / 2)
+    assert refs["base/medcpt"].source.endswith("(its row MedCPT)")
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("GPT-5\tBM25\t1\t1\t1\t1\t1\t1\t1\t1\t1", ":2: llm 'GPT-5': no R2MED short name"),
+        ("Search-O2 (QwQ-32b)\tBM25\t1\t1\t1\t1\t1\t1\t1\t1\t1",
+         ":2: llm 'Search-O2': no R2MED short name"),
+        ("Search-O1 (QwQ-72b)\tBM25\t1\t1\t1\t1\t1\t1\t1\t1\t1",
+         ":2: llm 'QwQ-72b': no R2MED short name"),
+        ("-\tColBERT\t1\t1\t1\t1\t1\t1\t1\t1\t1", ":2: retriever 'ColBERT': no R2MED"),
+        ("-\tBM25\t1\t1\t1", ":2: 5 tab-separated fields, expected 11"),
+        ("-\tBM25\t1\t1\tx\t1\t1\t1\t1\t1\t1", ":2: Bioinformatics 'x': not a number"),
+        ("-\tBM25\t1\t1\t1\t1\t1\t1\t1\t1\t1.005", ":2: IIYi-Clinical '1.005': not a figure"),
+        ("-\tBM25\t1\t1\t1\t1\t1\t1\t1\t1\t-1", ":2: IIYi-Clinical '-1': not a figure"),
+        ("-\tBM25\t2\t1\t1\t1\t1\t1\t1\t1\t1", ":2: avg 2: the 8 tasks' mean is 1.000"),
+    ],
+)  # fmt: skip
+def test_build_leaderboard_refuses_a_bad_line_in_one_line(tmp_path, line, message):
+    with pytest.raises(ValueError) as e:
+        build_leaderboard(_tsv(tmp_path, line))
+    assert message in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value).startswith((tmp_path / "leaderboard.tsv").as_posix())
+
+
+def test_build_leaderboard_refuses_a_bad_header_or_a_row_twice(tmp_path):
+    path = tmp_path / "leaderboard.tsv"
+    path.write_text("llm\tretriever\tavg\tBiology\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"leaderboard.tsv:1: header .*: expected the columns"):
+        build_leaderboard(path)
+    twice = TSV_ROWS[3].replace("MedCPT", "medcpt")  # the same row, named in another case
+    with pytest.raises(ValueError, match=r"leaderboard.tsv:3: row base/medcpt again \(line 2\)"):
+        build_leaderboard(_tsv(tmp_path, TSV_ROWS[3], twice))
+
+
+def test_shipped_leaderboard_round_trips_through_its_tsv(tmp_path):
+    shipped = json.loads(LEADERBOARD_FILE.read_text(encoding="utf-8"))
+    path = tmp_path / "leaderboard.tsv"
+    path.write_text(leaderboard_tsv(shipped), encoding="utf-8")
+    rebuilt = build_leaderboard(path)
+    assert rebuilt == shipped
+    assert leaderboard_text(rebuilt) == LEADERBOARD_FILE.read_text(encoding="utf-8")
+
+
+def test_shipped_leaderboard_is_the_shared_tsv_built(tmp_path):
+    """The shipped JSON is `build-leaderboard` of the page's table as copied in shared/."""
+    if not SHARED_TSV.is_file():
+        reason = f"the leaderboard's TSV not found at {SHARED_TSV} (the shared data folder)"
+        if os.environ.get("R2MED_SHARED_DATA") == "absent":
+            pytest.skip(f"{SHARED_ABSENT}: {reason}")
+        pytest.skip(reason)
+    out = tmp_path / "built.json"
+    assert references_main(["build-leaderboard", str(SHARED_TSV), "-o", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == LEADERBOARD_FILE.read_text(encoding="utf-8")
+
+
+# rows the page has and the repository's results/ lacks, with the page's Avg
+LEADERBOARD_ONLY = {
+    "hyde/o3-mini/nv": 41.35, "hyde/o3-mini/bm25": 41.01, "hyde/o3-mini/bge": 31.29,
+    "search-o1/qwq-32b/bm25": 35.57, "search-o1/qwen3-32b/bm25": 33.84,
+    "search-r1/qwen-7b-ins/bm25": 24.56, "search-r1/qwen-3b-ins/bm25": 20.03,
+    "hyde/o3-mini/openai": 39.09, "hyde/huatuo-o1-70b/openai": 38.24,
+    "search-o1/qwen3-32b/openai": 37.87, "hyde/gpt4/openai": 37.79,
+    "hyde/r1-llama-70b/openai": 37.36, "search-o1/qwq-32b/openai": 37.30,
+    "hyde/qwq-32b/openai": 36.51, "hyde/llama-70b/openai": 35.76, "hyde/r1-qwen-32b/openai": 34.68,
+    "hyde/qwen-32b/openai": 34.25, "search-r1/qwen-7b-ins/openai": 32.89,
+    "hyde/qwen-7b/openai": 31.53, "search-r1/qwen-3b-ins/openai": 30.19,
+}  # fmt: skip
+
+
+def test_the_leaderboard_holds_the_page_s_67_rows():
+    board, repo = load_references("r2med-leaderboard"), load_references()
+    assert len(board) == 67 and all(len(r.tasks) == 8 for r in board.values())
+    assert {row: round(board[row].average() * 100, 2) for row in board if row not in repo} == (
+        LEADERBOARD_ONLY
+    )
+    kinds = {}
+    for row in board:
+        kinds[row.split("/")[0]] = kinds.get(row.split("/")[0], 0) + 1
+    assert kinds == {"hyde": 36, "search-o1": 8, "search-r1": 8, "base": 15}
+    assert len([r for r in board if r.endswith("/openai")]) == 14  # every text-embedding-3-large
+    # the page's order, best first
+    assert list(board)[:2] == ["hyde/o3-mini/nv", "hyde/o3-mini/bm25"]
+    assert board["base/medcpt"].figure("Bioinformatics") == 0.1757
+
+
+def test_the_leaderboard_s_names_are_r2med_s_short_names():
+    """Every name the page's cells map to is one agents.paper knows (and so a run can match)."""
+    assert set(LEADERBOARD_RETRIEVERS.values()) <= set(RETRIEVERS) | {"bm25"}
+    assert set(LEADERBOARD_LLMS.values()) <= set(LLMS)
+    for row in load_references("r2med-leaderboard"):
+        method, *names = row.split("/")
+        assert names[-1] in RETRIEVERS or names[-1] == "bm25", row
+        assert method == "base" or names[0] in LLMS, row
+
+
+# ---- (e) where the two sources agree and where they conflict -----------------------------------
+
+
+def _thousandths_apart(repository_value: float, page_value: float) -> int:
+    """|repository ×100 − page| in thousandths of the page's unit, from their decimal text."""
+    repo = round(repository_value * 100_000)  # R2MED's files: 5 decimals of the fraction
+    page = round(page_value * 10_000) * 10  # the page: 2 decimals ×100
+    return abs(repo - page)
+
+
+def test_every_row_both_sources_hold_agrees_to_the_page_s_rounding_but_the_conflicts():
+    """Per task, the page's nDCG@10 ×100 is the repository's rounded to 2 decimals (at most
+    5 thousandths apart: the page rounds halves both ways), on every row both hold except the
+    conflicts the code finds; those differ beyond rounding on each task it lists."""
+    board, repo = load_references("r2med-leaderboard"), load_references()
+    found = conflicts()
+    both = [row for row in board if row in repo]
+    assert len(both) == 47 and set(found) <= set(both)
+    # the page's rows with an LLM alone are HyDE's: its 24 that results/gar/hyde also holds agree
+    assert len([row for row in both if row.startswith("hyde/")]) == 24
+    assert not [row for row in found if row.startswith("hyde/")]
+    for row in both:
+        apart = {t: _thousandths_apart(repo[row].figure(t), board[row].figure(t))
+                 for t in R2MED_TASKS}  # fmt: skip
+        differ = tuple(t for t in R2MED_TASKS if apart[t] > 5)
+        if row in found:
+            assert differ and found[row].tasks == differ, row
+        else:
+            assert differ == (), (row, {t: apart[t] for t in differ})
+    assert any(
+        5 == a
+        for row in both
+        for a in [
+            _thousandths_apart(repo[row].figure(t), board[row].figure(t)) for t in R2MED_TASKS
+        ]
+    )  # fmt: skip  (ties exist, and count as agreeing)
+    medcpt = found["base/medcpt"]  # the one the page's README names
+    assert len(medcpt.tasks) == 7 and "Biology" not in medcpt.tasks
+    assert f"{medcpt.repository.average() * 100:.2f}" == "7.87"
+    assert f"{medcpt.leaderboard.average() * 100:.2f}" == "9.02"
+    text = medcpt.text()
+    assert "\n" not in text and "Bioinformatics 18.376 vs 17.57" in text
+    assert "Avg 7.87 in the R2MED repository (r2med:base/medcpt) vs 9.02 on the R2MED " in text
+
+
+def test_agrees_is_rounding_either_way_at_a_half():
+    assert agrees(0.52815, 0.5281) and agrees(0.52815, 0.5282)  # a half: the page went down/up
+    assert agrees(0.19188, 0.1919) and not agrees(0.19188, 0.1918)
+    assert not agrees(0.18376, 0.1757) and not agrees(0.02156, 0.0215)
+
+
+def test_find_conflicts_finds_a_changed_figure():
+    """Not a list kept by hand: a figure changed on either side is a conflict at once."""
+    board, repo = load_references("r2med-leaderboard"), load_references()
+    assert set(find_conflicts(repo, board)) == set(conflicts())
+    nv = repo["base/nv"]
+    tasks = {t: dict(m) for t, m in nv.tasks.items()}
+    tasks["MedQA-Diag"]["NDCG@10"] += 0.0001  # 16.72 on the page; now 16.73
+    changed = {**repo, "base/nv": replace(nv, tasks=tasks)}
+    found = find_conflicts(changed, board)
+    assert found["base/nv"].tasks == ("MedQA-Diag",) and "base/medcpt" in found
+
+
 def test_reference_specs_and_one_line_refusals():
     assert reference("r2med:hyde/qwen-7b/bm25").row == "hyde/qwen-7b/bm25"
     assert reference("r2med:gar/hyde/qwen-7b/bm25").row == "hyde/qwen-7b/bm25"  # R2MED's path
     assert reference("r2med:results/base retriever/bm25").row == "base/bm25"
+    assert reference("r2med:base/bm25").label == "R2MED repository: base/bm25"
+    o3 = reference("r2med-leaderboard:hyde/o3-mini/bm25")
+    assert o3.label == "R2MED leaderboard: hyde/o3-mini/bm25" and o3.average() == 0.4101
+    assert reference("R2MED-Leaderboard:base/bm25").spec == "r2med-leaderboard:base/bm25"
     with pytest.raises(UnknownReference) as e:
-        reference("r2med:hyde/o3-mini/bm25")  # the paper has o3-mini; R2MED's files do not
+        reference("r2med:hyde/o3-mini/bm25")  # the leaderboard has o3-mini; results/ does not
     message = str(e.value)
     assert isinstance(e.value, ValueError) and "\n" not in message
-    assert "'r2med:hyde/o3-mini/bm25'" in message and "close matches: hyde/" in message
+    assert "'r2med:hyde/o3-mini/bm25': no such row in r2med" in message
+    assert "the R2MED leaderboard has it: r2med-leaderboard:hyde/o3-mini/bm25" in message
+    with pytest.raises(UnknownReference, match="the R2MED repository has it: r2med:lamer/gpt4/nv"):
+        reference("r2med-leaderboard:lamer/gpt4/nv")
+    with pytest.raises(UnknownReference, match="close matches: hyde/"):
+        reference("r2med:hyde/o4-mini/bm25")
     with pytest.raises(UnknownReference, match="expected <table>:<row>"):
         reference("hyde/qwen-7b/bm25")
-    with pytest.raises(UnknownReference, match="unknown reference table 'paper'; known: r2med"):
+    with pytest.raises(
+        UnknownReference, match="unknown reference table 'paper'; known: r2med, r2med-leaderboard"
+    ):
         reference("paper:base/bm25")
     with pytest.raises(UnknownReference, match="unknown reference table"):
         reference("../r2med:base/bm25")
@@ -237,30 +464,70 @@ def test_reference_specs_and_one_line_refusals():
 # ---- the command line ------------------------------------------------------------------------
 
 
-def test_list_show_and_build_commands(tmp_path, capsys):
+def test_list_shows_both_sources_side_by_side_and_the_conflict(capsys):
     assert references_main(["list", "--method", "hyde"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = [line for line in lines if line.startswith("| hyde/")]
-    assert len(rows) == 27
-    assert "| hyde/qwen-7b/bm25 | 26.38 | results/gar/hyde/qwen-7b/bm25 |" in rows
+    assert len(rows) == 27 + 12  # the repository's 27 and 12 only on the leaderboard
+    assert "| hyde/qwen-7b/bm25 | 26.38 | 26.38 |  |" in rows
+    assert "| hyde/o3-mini/bm25 | - | 41.01 |  |" in rows
+    assert "| hyde/qwen-72b/nv | 37.00 | - |  |" in rows
+    assert "| hyde/huatuo-o1-70b/bm25 | 33.42 | 33.43 |  |" in rows  # the page's own Avg
+    assert lines[0] == "| row | R2MED repository | R2MED leaderboard | note |"
     assert references_main(["list"]) == 0
     out = capsys.readouterr().out
-    assert "| base/bm25 | 15.13 | results/base retriever/bm25 |" in out
-    assert "| search-r1/qwen-7b-ins/nv | 35.11 |" in out
+    assert "| base/bm25 | 15.13 | 15.13 |  |" in out
+    assert "| search-o1/qwq-32b/bm25 | - | 35.57 |  |" in out
+    assert "| base/medcpt | 7.87 | 9.02 | CONFLICT: 7 of 8 tasks differ |" in out
+    assert "91 rows shown" in out and f"71 rows from the R2MED repository (https://github.com/" \
+        f"R2MED/R2MED at {COMMIT}, results/; specs r2med:<row>)" in out  # fmt: skip
+    assert "67 rows from the R2MED leaderboard (https://r2med.github.io" in out
+    assert "CONFLICT: base/medcpt: R2MED's two sources conflict" in out
+    # one source alone still says its row conflicts with the other
+    assert references_main(["list", "--table", "r2med", "--method", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "| base/medcpt | 7.87 | CONFLICT: 7 of 8 tasks differ |" in out
+    assert "vs 9.02 on the R2MED leaderboard" in out
+    assert references_main(["list", "--metric", "MAP@10", "--method", "search-r1"]) == 0
+    assert "| search-r1/qwen-7b-ins/bm25 | - | - |  |" in capsys.readouterr().out
 
+
+def test_show_gives_each_source_s_figures_and_the_conflict(capsys):
     assert references_main(["show", "hyde/qwen-7b/bm25"]) == 0
     out = capsys.readouterr().out
     assert "| Biology | 0.48493 | 0.38864 | 0.54784 | 0.19709 | 0.57040 |" in out
     assert "| Avg ×100 | 26.38 |" in out and f"at {COMMIT}" in out
+    assert "R2MED leaderboard: hyde/qwen-7b/bm25\n" in out and "| Biology | 0.4849 |" in out
+    assert "CONFLICT" not in out
     assert references_main(["show", "r2med:base/bge"]) == 0
-    assert "| Biology | 0.12706 | 0.07706 | 0.16545 | 0.06311 | - |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| Biology | 0.12706 | 0.07706 | 0.16545 | 0.06311 |\n" in out  # MRR: not in its files
+    assert "R2MED leaderboard" not in out
+    assert references_main(["show", "r2med-leaderboard:hyde/o3-mini/bm25"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("R2MED leaderboard: hyde/o3-mini/bm25\nfrom R2MED leaderboard, "
+                          "r2med.github.io (its row o3-mini / BM25)\n")  # fmt: skip
+    assert "| task | NDCG@10 |" in out and "| Biology | 0.5965 |" in out
+    assert "| Avg ×100 | 41.01 |" in out
+    assert references_main(["show", "r2med:base/medcpt"]) == 0  # one source: the conflict too
+    out = capsys.readouterr().out
+    assert "CONFLICT: R2MED's two sources differ on base/medcpt" in out
+    assert "| Bioinformatics | 18.376 | 17.57 | differs |" in out
+    assert "| Biology | 2.155 | 2.15 |  |" in out and "| Avg | 7.87 | 9.02 | |" in out
 
+
+def test_the_build_commands_write_what_the_functions_build(tmp_path, capsys):
     results = tmp_path / "results"
     _write_task(results, "base retriever/bm25", "Biology", BASE_BM25_BIOLOGY)
     out_file = tmp_path / "table.json"
     assert references_main(["build", str(results), "--commit", COMMIT, "-o", str(out_file)]) == 0
     assert out_file.read_text() == table_text(build_table(results, COMMIT))
-    capsys.readouterr()
+    tsv = _tsv(tmp_path, *TSV_ROWS)
+    board = tmp_path / "board.json"
+    assert references_main(["build-leaderboard", str(tsv), "-o", str(board)]) == 0
+    assert board.read_text() == leaderboard_text(build_leaderboard(tsv))
+    assert references_main(["build-leaderboard", str(tsv)]) == 0  # printed
+    assert capsys.readouterr().out.endswith(leaderboard_text(build_leaderboard(tsv)))
 
 
 @pytest.mark.parametrize(
@@ -271,6 +538,12 @@ def test_list_show_and_build_commands(tmp_path, capsys):
         (["show", "hyde/qwen-7b/bm2"], "close matches: hyde/qwen-7b/bm25"),
         (["build", ".", "--commit", "main"], "--commit 'main': expected 7 to 40 hex digits"),
         (["build", "nowhere", "--commit", COMMIT], "RESULTS_DIR nowhere: not a folder"),
+        (["build-leaderboard", "nowhere.tsv"], "TSV nowhere.tsv: not a file"),
+        (["list", "--table", "paper"], "--table: unknown reference table 'paper'"),
+        (
+            ["show", "r2med:search-o1/qwq-32b/bm25"],
+            "the R2MED leaderboard has it: r2med-leaderboard:search-o1/qwq-32b/bm25",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(argv, message, capsys):
@@ -292,7 +565,7 @@ def test_help_imports_nothing_heavy():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-# ---- (d) which row a run's configuration reproduces --------------------------------------------
+# ---- (f) which row a run's configuration reproduces --------------------------------------------
 
 NV, BGE = "dense:nvidia/NV-Embed-v2", "dense:BAAI/bge-large-en-v1.5"
 SEARCH_R1_7B = "PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo"
@@ -304,7 +577,9 @@ ROWS = [
     ({"agent": "none", "retriever": BGE}, "base/bge"),
     ({"agent": "none", "retriever": "dense:baai/BGE-large-en-v1.5"}, "base/bge"),
     ({"agent": "none", "retriever": NV}, "base/nv"),
-    ({"agent": "none", "retriever": "dense:ncbi/MedCPT-Query-Encoder"}, "base/medcpt"),
+    # R2MED's MedCPT row encodes queries too with the Article encoder (eval_retrieval.py L159)
+    ({"agent": "none", "retriever": "dense:ncbi/MedCPT-Article-Encoder"}, "base/medcpt"),
+    ({"agent": "none", "retriever": "dense:ncbi/MedCPT-Query-Encoder"}, None),
     ({"agent": "none", "retriever": "api:text-embedding-3-large"}, "base/openai"),
     ({"agent": "none", "retriever": "api:voyage-3"}, "base/voyage"),
     ({"agent": "none", "retriever": "dense"}, None),  # our default MiniLM
@@ -322,14 +597,20 @@ ROWS = [
      "hyde/llama-70b/bm25"),
     ({"agent": "hyde", "model": "openai/FreedomIntelligence/HuatuoGPT-o1-70B", "retriever": NV},
      "hyde/huatuo-o1-70b/nv"),
-    ({"agent": "hyde", "model": "openai/o3-mini"}, None),  # R2MED published no hyde/o3-mini
+    ({"agent": "hyde", "model": "openai/o3-mini"}, "hyde/o3-mini/bm25"),  # the leaderboard's
+    ({"agent": "hyde", "model": "openai/Qwen/Qwen2.5-72B-Instruct",
+      "retriever": "api:text-embedding-3-large"}, None),  # in neither source
     ({"agent": "hyde", "generations": "r2med:qwq-32b"}, "hyde/qwq-32b/bm25"),
     ({"agent": "lamer", "generations": "r2med:gpt4@/data/r2med", "retriever": BGE},
      "lamer/gpt4/bge"),
-    ({"agent": "hyde", "generations": "r2med:o3-mini"}, None),
+    ({"agent": "hyde", "generations": "r2med:o3-mini", "retriever": NV}, "hyde/o3-mini/nv"),
     ({"agent": "search-o1", "model": "openai/Qwen/QwQ-32B", "retriever": NV},
      "search-o1/qwq-32b/nv"),
-    ({"agent": "search-o1", "model": "openai/Qwen/QwQ-32B"}, None),  # R2MED: bge and nv only
+    ({"agent": "search-o1", "model": "openai/Qwen/QwQ-32B"}, "search-o1/qwq-32b/bm25"),
+    ({"agent": "search-o1", "model": "openai/Qwen/QwQ-32B",
+      "retriever": "dense:facebook/contriever-msmarco"}, None),
+    ({"agent": "search-r1", "model": f"openai/{SEARCH_R1_7B}",
+      "retriever": "api:text-embedding-3-large"}, "search-r1/qwen-7b-ins/openai"),
     ({"agent": "search-o1", "model": "openai/Qwen/Qwen3-32B", "retriever": BGE},
      "search-o1/qwen3-32b/bge"),
     ({"agent": "search-r1", "model": f"openai/{SEARCH_R1_7B}", "retriever": NV},
@@ -358,6 +639,32 @@ def test_paper_row_of_a_configuration(settings, row):
     assert paper_row(config) == row
 
 
+SPECS = [  # the repository's row where it has one, else the leaderboard's
+    ({"agent": "hyde", "model": "openai/o3-mini"}, "r2med-leaderboard:hyde/o3-mini/bm25"),
+    ({"agent": "hyde", "model": "openai/gpt-4o-2024-11-20"}, "r2med:hyde/gpt4/bm25"),
+    ({"agent": "search-o1", "model": "openai/Qwen/QwQ-32B"},
+     "r2med-leaderboard:search-o1/qwq-32b/bm25"),
+    ({"agent": "none", "retriever": "dense:ncbi/MedCPT-Article-Encoder"}, "r2med:base/medcpt"),
+    ({"agent": "none", "bm25_method": "lucene"}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("settings, spec", SPECS)
+def test_paper_spec_names_the_source(settings, spec):
+    config = to_dict(from_settings(settings))
+    assert paper_spec(config) == spec
+    ref = paper_reference(config)
+    assert (ref.spec if ref is not None else None) == spec
+
+
+def test_paper_figures_of_a_leaderboard_only_row_are_the_page_s():
+    config = to_dict(from_settings({"agent": "hyde", "model": "openai/o3-mini"}))
+    assert paper_figures(config, ["Biology", "demo", "IIYi-Clinical"]) == {
+        "Biology": 0.5965, "IIYi-Clinical": 0.0786  # the page: 59.65, 7.86
+    }  # fmt: skip
+    assert paper_reference(config).label == "R2MED leaderboard: hyde/o3-mini/bm25"
+
+
 def test_paper_figures_keep_the_run_s_r2med_tasks():
     config = to_dict(from_settings({"agent": "none", "dataset": "demo"}))
     assert paper_row(config) == "base/bm25"  # the dataset plays no part in the row
@@ -371,7 +678,7 @@ def test_paper_figures_keep_the_run_s_r2med_tasks():
     assert paper_figures(lucene, ["Biology"]) is None
 
 
-# ---- (e) eval.compare --reference on real runs -------------------------------------------------
+# ---- (g) eval.compare --reference on real runs -------------------------------------------------
 
 # results/base retriever/bm25/<Task>.json and results/gar/hyde/qwen-7b/bm25/<Task>.json, ndcg@10
 PAPER = {
@@ -430,7 +737,7 @@ def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
     for row, figures in PAPER.items():
         paper_avg = sum(figures.values()) / 2
         # the leaderboard: the paper's figure per task, "-" where it has none, Avg starred
-        line = (f"| R2MED paper: {row} | {_pct(figures['Biology'])} | "
+        line = (f"| R2MED repository: {row} | {_pct(figures['Biology'])} | "
                 f"{_pct(figures['PMC-Clinical'])} | - | {_pct(paper_avg)}* |")  # fmt: skip
         assert line in report_md
         assert line in (out / "leaderboard.md").read_text()
@@ -441,9 +748,11 @@ def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
                      _diff(mine["PMC-Clinical"] - figures["PMC-Clinical"]), "-",
                      _diff(run_avg - paper_avg)]  # fmt: skip
             assert f"| {label[name]} | {row} | " + " | ".join(cells) + " |" in report_md
-    assert report_md.count("| R2MED paper: hyde/qwen-7b/bm25 |") == 1  # given twice, shown once
-    assert "R2MED paper: base/bm25: toy: not R2MED's task(s)" in report_md
-    assert ("R2MED paper: base/bm25: the runs lack 6 of its 8 tasks (Bioinformatics, "
+    assert (
+        report_md.count("| R2MED repository: hyde/qwen-7b/bm25 |") == 1
+    )  # given twice, shown once
+    assert "R2MED repository: base/bm25: toy: not R2MED's task(s)" in report_md
+    assert ("R2MED repository: base/bm25: the runs lack 6 of its 8 tasks (Bioinformatics, "
             "Medical-Sciences, MedXpertQA-Exam, MedQA-Diag, PMC-Treatment, IIYi-Clinical)"
             ) in report_md  # fmt: skip
     assert "the paper's own Avg over its 8 tasks is 15.13" in report_md
@@ -451,7 +760,7 @@ def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
 
     csv_rows = (out / "leaderboard.csv").read_text().splitlines()
     assert csv_rows[-2] == (
-        f"R2MED paper: base/bm25,https://github.com/R2MED/R2MED/tree/{COMMIT}/results/"
+        f"R2MED repository: base/bm25,https://github.com/R2MED/R2MED/tree/{COMMIT}/results/"
         f"base%20retriever/bm25,0.19188,0.21662,,{(0.19188 + 0.21662) / 2:.5f}"
     )
     published = (out / "published.csv").read_text().splitlines()
@@ -469,7 +778,7 @@ def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
     marked = page.rows["published"]
     assert [r["attrs"]["data-reference"] for r in marked] == list(PAPER)
     for r, (row, figures) in zip(marked, PAPER.items(), strict=True):
-        assert r["cells"][0] == f"R2MED paper: {row} published"  # its tag says what it is
+        assert r["cells"][0] == f"R2MED repository: {row} published"  # its tag says what it is
         assert r["cells"][1:5] == [_pct(figures["Biology"]), _pct(figures["PMC-Clinical"]), "-",
                                    _pct(sum(figures.values()) / 2) + "*"]  # fmt: skip
     deltas = {(r["attrs"]["data-reference"], r["attrs"]["data-of"]): r["cells"]
@@ -493,8 +802,8 @@ def test_compare_without_references_writes_what_it_wrote(runs, tmp_path):
     assert "published.csv" not in [p.name for p in written]
     html = (out / "report.html").read_text()
     assert "data-reference" not in html and "Against the published figures" not in html
-    assert "R2MED paper" not in (out / "report.md").read_text()
-    assert "R2MED paper" not in (out / "leaderboard.csv").read_text()
+    assert "R2MED repository" not in (out / "report.md").read_text()
+    assert "R2MED repository" not in (out / "leaderboard.csv").read_text()
     assert json.loads((out / "comparison.json").read_text())["published"] == []
 
 
@@ -518,6 +827,44 @@ def test_a_limited_run_is_noted_against_the_paper(runs, tmp_path):
         "Avg": c.means["none bm25q"]["Biology"] - 0.19188,
     }
     assert any("run on the first 5 queries" in n for n in c.notes)
+
+
+def test_compare_names_a_leaderboard_row_and_shows_a_conflict(runs, tmp_path, capsys):
+    """A leaderboard row beside the runs is labelled as the leaderboard's, with the page as
+    its source; a row whose two sources conflict brings both figures into the notes."""
+    out = tmp_path / "cmp"
+    argv = [str(runs["bm25q"]), "--out", str(out), "--no-plots",
+            "--reference", "r2med-leaderboard:hyde/o3-mini/bm25",
+            "--reference", "r2med:base/medcpt"]  # fmt: skip
+    assert compare_main(argv) == 0
+    capsys.readouterr()
+    report_md = (out / "report.md").read_text(encoding="utf-8")
+    o3 = {"Biology": 0.5965, "PMC-Clinical": 0.3532}  # the page: 59.65, 35.32
+    avg = sum(o3.values()) / 2
+    assert (f"| R2MED leaderboard: hyde/o3-mini/bm25 | 59.65 | 35.32 | - | {_pct(avg)}* |"
+            in report_md)  # fmt: skip
+    assert ("- R2MED leaderboard: hyde/o3-mini/bm25: R2MED leaderboard, r2med.github.io "
+            "(its row o3-mini / BM25)") in report_md  # fmt: skip
+    own = _ndcg(runs["bm25q"], "Biology")
+    assert f"| none bm25q | hyde/o3-mini/bm25 | {_diff(own - 0.5965)} |" in report_md
+    conflict = conflicts()["base/medcpt"].text()
+    assert f"R2MED repository: base/medcpt: CONFLICT: {conflict}" in report_md
+    assert "Avg 7.87 in the R2MED repository" in conflict and "vs 9.02 on the R2MED" in conflict
+    assert report_md.count("CONFLICT") == 1  # the leaderboard's o3-mini row has none
+    csv_rows = (out / "leaderboard.csv").read_text().splitlines()
+    assert (f"R2MED leaderboard: hyde/o3-mini/bm25,https://r2med.github.io,0.59650,0.35320,,"
+            f"{avg:.5f}") in csv_rows  # fmt: skip
+    published = json.loads((out / "comparison.json").read_text())["published"]
+    assert published[0]["label"] == "R2MED leaderboard: hyde/o3-mini/bm25"
+    assert published[0]["source"] == "R2MED leaderboard, r2med.github.io (its row o3-mini / BM25)"
+    assert published[1]["source"].endswith("results/base retriever/medcpt")
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert f"CONFLICT: {conflict}".replace("'", "&#39;") in html
+    page = _Rows()
+    page.feed(html)
+    labels = [r["cells"][0] for r in page.rows["published"]]
+    assert labels == ["R2MED leaderboard: hyde/o3-mini/bm25 published",
+                      "R2MED repository: base/medcpt published"]  # fmt: skip
 
 
 class _Rows(HTMLParser):
@@ -550,7 +897,7 @@ class _Rows(HTMLParser):
             self.cell.append(data)
 
 
-# ---- (f) agents.run prints the paper's figure ----------------------------------------------------
+# ---- (h) agents.run prints the paper's figure ----------------------------------------------------
 
 
 def test_agents_run_prints_the_paper_s_figures_for_a_matching_run(runs, tmp_path, capsys):
@@ -560,15 +907,68 @@ def test_agents_run_prints_the_paper_s_figures_for_a_matching_run(runs, tmp_path
     assert run_main([*common, "--run-name", "mine"]) == 0
     out = capsys.readouterr().out
     ndcg = _ndcg(tmp_path / "mine", "Biology")
-    assert f"Biology: NDCG@10 = {ndcg:.5f} (R2MED paper, base/bm25: 0.19188)\n" in out
+    assert f"Biology: NDCG@10 = {ndcg:.5f} (R2MED repository, base/bm25: 0.19188)\n" in out
     assert f"toy: NDCG@10 = {_ndcg(tmp_path / 'mine', 'toy'):.5f}\n" in out  # not R2MED's
     lines = out.splitlines()
-    paper = "R2MED paper (base/bm25): avg nDCG@10 19.19 over the same tasks"
+    paper = "R2MED repository (base/bm25): avg nDCG@10 19.19 over the same tasks"
     assert paper in lines and lines[lines.index(paper) + 1].startswith("wall time")
 
     assert run_main([*common, "--run-name", "lucene", "--bm25-method", "lucene"]) == 0
     out = capsys.readouterr().out
-    assert "R2MED paper" not in out and "Biology: NDCG@10 = " in out
+    assert "R2MED repository" not in out and "Biology: NDCG@10 = " in out
+
+
+def test_agents_run_prints_a_leaderboard_only_row_as_the_leaderboard_s(runs, tmp_path, capsys):
+    """HyDE with o3-mini over R2MED's BM25 is a row only the leaderboard has: agents.run prints
+    the page's figures, labelled as the leaderboard's (o3-mini's texts replayed from files)."""
+    gens = tmp_path / "gens"
+    queries = [json.loads(line) for line in (DEMO_DIR / "query.jsonl").read_text().splitlines()]
+    rows = [{"id": q["id"], "text": q["text"], "hy_doc": q["text"]} for q in queries]
+    for task in ("Biology", "PMC-Clinical"):
+        path = gens / task / "hyde" / "o3-mini" / "query_with_hydoc.jsonl"
+        path.parent.mkdir(parents=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dataset = ",".join(str(runs["root"] / "data" / t) for t in ("Biology", "PMC-Clinical"))
+    argv = ["--agent", "hyde", "--dataset", dataset, "--generations", f"r2med:o3-mini@{gens}",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(runs["root"] / "cache"),
+            "--run-name", "o3", "--quiet"]  # fmt: skip
+    assert run_main(argv) == 0
+    out = capsys.readouterr().out
+    ndcg = _ndcg(tmp_path / "runs" / "o3", "Biology")
+    line = f"Biology: NDCG@10 = {ndcg:.5f} (BM25 without LLM: {ndcg:.5f}) "  # the texts: queries
+    assert f"{line}(R2MED leaderboard, hyde/o3-mini/bm25: 0.5965)\n" in out
+    average = (0.5965 + 0.3532) / 2 * 100
+    assert f"R2MED leaderboard (hyde/o3-mini/bm25): avg nDCG@10 {average:.2f} over the same " \
+        "tasks\n" in out  # fmt: skip
+    assert "R2MED repository" not in out and "CONFLICT" not in out.upper()
+
+
+def test_printed_figures_of_a_conflicting_row_give_both_sources(runs, tmp_path):
+    """A run of R2MED's MedCPT setup: each task where the sources conflict shows both figures,
+    and the average line both averages; where they agree, the repository's figure alone."""
+    from agents.cli import paper_average, paper_for
+    from agents.pipeline import RunResult, TaskResult
+
+    config = from_settings({"agent": "none", "retriever": "dense:ncbi/MedCPT-Article-Encoder"})
+    medcpt = paper_for(config)
+    assert medcpt.label == "R2MED repository: base/medcpt"
+    summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
+    tasks = {t: TaskResult(name=t, folder=t, summary=summary) for t in ("Biology", "PMC-Clinical")}
+    first = report(tasks["Biology"]).split("\n", 1)[0]
+    assert report(tasks["Biology"], medcpt).split("\n", 1)[0] == (
+        f"{first} (R2MED repository, base/medcpt: 0.02155)"  # 2.155 and 2.15 agree
+    )
+    first = report(tasks["PMC-Clinical"]).split("\n", 1)[0]
+    assert report(tasks["PMC-Clinical"], medcpt).split("\n", 1)[0] == (
+        f"{first} (R2MED repository, base/medcpt: 0.13062; R2MED leaderboard: 0.1462, a conflict)"
+    )
+    result = RunResult(tmp_path, config, tasks, 1.0)
+    repo, board = (0.02155 + 0.13062) / 2 * 100, (0.0215 + 0.1462) / 2 * 100
+    assert paper_average(result, medcpt) == (
+        f"R2MED repository (base/medcpt): avg nDCG@10 {repo:.2f} over the same tasks; "
+        f"R2MED leaderboard: {board:.2f}, a conflict (base/medcpt: python -m eval.references "
+        "show base/medcpt)"
+    )
 
 
 def test_report_lines_without_a_row_are_unchanged(runs):
@@ -579,7 +979,7 @@ def test_report_lines_without_a_row_are_unchanged(runs):
     plain = report(result)
     ref = load_references()["hyde/qwen-7b/bm25"]
     first, rest = plain.split("\n", 1)
-    assert report(result, ref) == f"{first} (R2MED paper, hyde/qwen-7b/bm25: 0.48493)\n{rest}"
+    assert report(result, ref) == f"{first} (R2MED repository, hyde/qwen-7b/bm25: 0.48493)\n{rest}"
     other = TaskResult(name="toy", folder="toy", summary=summary)
     assert report(other, ref) == report(other)
 
@@ -597,8 +997,8 @@ def test_agents_sweep_prints_the_paper_s_figures_for_a_matching_cell(runs, tmp_p
     assert sweep_main([str(config)]) == 0
     out = capsys.readouterr().out
     ndcg = _ndcg(tmp_path / "out" / "runs" / "none-bm25q-Biology", "Biology")
-    assert f"Biology: NDCG@10 = {ndcg:.5f} (R2MED paper, base/bm25: 0.19188)\n" in out
-    assert "R2MED paper (base/bm25): avg nDCG@10 19.19 over the same tasks\n" in out
+    assert f"Biology: NDCG@10 = {ndcg:.5f} (R2MED repository, base/bm25: 0.19188)\n" in out
+    assert "R2MED repository (base/bm25): avg nDCG@10 19.19 over the same tasks\n" in out
 
 
 def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
@@ -629,5 +1029,5 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
     row = "reranker/bge-reranker/nv/top_10"
     figure = load_references()[row].figure("Biology")
     assert f"Biology: NDCG@10 = {summary['metrics']['NDCG@10']:.5f} " in out
-    assert f" (R2MED paper, {row}: {figure:.5f})\n" in out
-    assert f"R2MED paper ({row}): avg nDCG@10 {figure * 100:.2f} over the same tasks\n" in out
+    assert f" (R2MED repository, {row}: {figure:.5f})\n" in out
+    assert f"R2MED repository ({row}): avg nDCG@10 {figure * 100:.2f} over the same tasks\n" in out

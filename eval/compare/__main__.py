@@ -48,7 +48,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="r2med:ROW",
         help="a published row to set beside the runs (repeatable; python -m eval.references "
-        "list shows them), e.g. r2med:hyde/qwen-7b/bm25",
+        "list shows them), e.g. r2med:hyde/qwen-7b/bm25 (R2MED's repository) or "
+        "r2med-leaderboard:hyde/o3-mini/nv (its leaderboard)",
     )
     p.add_argument("--no-plots", action="store_true", help="no tasks.png and cost.png")
     p.add_argument(

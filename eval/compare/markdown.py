@@ -14,7 +14,7 @@ def published_markdown(c: Comparison) -> str:
         "## Against the published figures\n",
         f"Each run's {c.metric} minus the paper's, ×100, on every compared task the paper "
         "reports; Avg is the mean over those tasks on both sides (the notes say which are "
-        "missing). The figures are R2MED's own files:\n",
+        "missing). Where the figures come from:\n",
     ]
     out += [f"- {p.label}: {p.reference.source}" for p in c.published]
     out.append("")

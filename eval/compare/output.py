@@ -8,7 +8,6 @@ import io
 import json
 from dataclasses import asdict
 from pathlib import Path
-from urllib.parse import quote
 
 from eval.compare.markdown import comparison_markdown
 from eval.compare.model import Comparison, Published, leaderboard_rows
@@ -115,6 +114,7 @@ def _summary(c: Comparison) -> dict:
                 "repository": p.reference.repository,
                 "commit": p.reference.commit,
                 "path": p.reference.path,
+                "source": p.reference.source,
                 "figures": p.figures,
                 "avg": p.avg,
                 "differences": p.differences,
@@ -126,8 +126,9 @@ def _summary(c: Comparison) -> dict:
 
 
 def _published_location(ref: Reference) -> str:
-    """The row's folder in R2MED's repository at its commit, as a browsable address."""
-    return f"{ref.repository}/tree/{ref.commit}/{quote(ref.path)}"  # "base retriever": %20
+    """Where the row's figures are, as a browsable address: its folder in R2MED's repository
+    at its commit, or the leaderboard's page."""
+    return ref.location
 
 
 def _published_cells(c: Comparison, p: Published, label: str) -> list[tuple[str, float, float]]:

@@ -1,4 +1,5 @@
-"""Published rows beside the runs (``--reference r2med:<row>``, `eval.references`).
+"""Published rows beside the runs (``--reference r2med:<row>``, ``--reference
+r2med-leaderboard:<row>``, `eval.references`).
 
 A row's figure for the metric on each compared task R2MED reports, and each run's difference
 from it, per task and on the mean over those same tasks (never over tasks one side lacks).
@@ -10,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from eval.compare.model import CompareError, Published, RunData
 from eval.datasets import r2med_task_name
-from eval.references import Reference, UnknownReference, reference
+from eval.references import Reference, UnknownReference, conflict_of, reference
 
 
 def resolve_references(given: Sequence[str | Reference]) -> list[Reference]:
@@ -49,8 +50,13 @@ def published_notes(
     """What a reader must know before reading a difference from the paper."""
     notes = []
     foreign = [t for t in tasks if r2med_task_name(t) is None]
+    conflicting = set()
     for p in published:
         ref = p.reference
+        conflict = conflict_of(ref)
+        if conflict is not None and conflict.row not in conflicting:  # shown, never resolved
+            notes.append(f"{p.label}: CONFLICT: {conflict.text()}")
+            conflicting.add(conflict.row)
         if foreign:
             notes.append(
                 f"{p.label}: {', '.join(foreign)}: not R2MED's task(s), so no published figure "
@@ -58,7 +64,7 @@ def published_notes(
             )
         lacking = [t for t in tasks if r2med_task_name(t) and t not in p.figures]
         if lacking:
-            notes.append(f"{p.label}: R2MED's files hold no {metric} for {', '.join(lacking)}")
+            notes.append(f"{p.label}: its source holds no {metric} for {', '.join(lacking)}")
         if not p.figures:
             notes.append(f"{p.label}: no published {metric} for any compared task")
             continue
