@@ -78,11 +78,14 @@ RETRIEVERS: dict[str, str] = {
 }
 R2MED_BM25 = "bm25q"  # R2MED's BM25 (bm25s, "bm25q" here); lucene and okapi are other BM25s
 
-# R2MED's cross-encoder rerankers (src/eval_reranker.py); its rankllama has no stage here
+# R2MED's rerankers (src/eval_reranker.py L126-130); rankllama is a LoRA over Llama-2-7b-hf
 RERANKERS: dict[str, str] = {
     "bge-reranker": "BAAI/bge-reranker-v2-m3",
     "monobert": "castorini/monobert-large-msmarco",
+    "rankllama": "castorini/rankllama-v1-7b-lora-passage",
 }
+RANKLLAMA_BASE = "Llama-2-7b-hf"
+RERANK_MAX_LENGTH = 512  # src/eval_reranker.py L134 as written gives 512 to all three
 RERANK_FIRST_STAGE = "nv"
 RERANK_DEPTH = 10
 
@@ -136,8 +139,16 @@ def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | Non
     options = stage.get("options") or {}
     if stage.get("kind") != "cross" or options.get("depth") != RERANK_DEPTH:
         return None
-    reranker = _RERANKER_BY_NAME.get(_name(str(options.get("model") or "")))
-    if reranker is None:
+    model = str(options.get("model") or "")
+    reranker = _RERANKER_BY_NAME.get(_name(model))
+    if reranker is None or options.get("max_length", RERANK_MAX_LENGTH) != RERANK_MAX_LENGTH:
+        return None
+    from agents.rerank.r2med_rerankers import rule_by_name
+
+    if options.get("scoring", "auto") not in ("auto", rule_by_name(model)):
+        return None
+    base = options.get("base") or RANKLLAMA_BASE
+    if reranker == "rankllama" and _name(str(base)) != _name(RANKLLAMA_BASE):
         return None
     return f"reranker/{reranker}/{retriever}/top_{RERANK_DEPTH}"
 

@@ -12,11 +12,11 @@ from retrievers import dense  # noqa: E402
 from retrievers.config import ApiEmbedConfig, DenseConfig, RetrieverConfig  # noqa: E402
 from retrievers.dense import (  # noqa: E402
     DenseIndex,
-    prefixing,
     build_dense,
     build_index,
     corpus_fingerprint,
     instructions_for,
+    prefixing,
     resolve_device,
 )
 from retrievers.search import SearchRequest, build_retriever  # noqa: E402

@@ -281,3 +281,382 @@ def test_a_hub_model_is_named_by_the_commit_of_its_cached_snapshot(tmp_path, mon
     assert before.startswith("files:") and model_revision(str(local)) == before
     (local / "config.json").write_text('{"changed": true}')
     assert model_revision(str(local)) != before
+
+
+# --- R2MED's rerankers, scored as R2MED scores them ----------------------------------------
+#
+# R2MED's RerankerModel (github.com/R2MED/R2MED @62b7074, src/utils.py L811-882) is written out
+# below as the reference each rule must equal, on tiny models built here in their hub layout
+# (config.json, tokenizer files, model.safetensors; a PEFT adapter's adapter_config.json and
+# adapter_model.safetensors), from seeded random weights: no hub access is needed.
+
+LONG = "aspirin " * 300  # longer than any max_length below: truncation decides its score
+R2MED_CORPUS = {**CORPUS, "long": LONG.strip(), "d3a": DOCS["d3"]}  # d3a: a tie with d3
+
+
+def _words() -> list[str]:
+    import re
+
+    texts = [*R2MED_CORPUS.values(), *QUERIES.values(), "query: document:"]
+    return sorted({w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower())})
+
+
+def _bert_tokenizer():
+    from transformers import AutoTokenizer
+
+    from retrievers.dense import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2")[1])  # BERT uncased
+
+
+def _tiny_bert(folder: Path, num_labels: int, seed: int) -> Path:
+    """A BertForSequenceClassification in hub layout, as monoBERT (2 labels) or a
+    single-logit reranker is published."""
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    tokenizer = _bert_tokenizer()
+    torch.manual_seed(seed)
+    dims = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    config = BertConfig(vocab_size=tokenizer.vocab_size, intermediate_size=64,
+                        num_labels=num_labels, **dims)  # fmt: skip
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def monobert(tmp_path_factory) -> Path:
+    return _tiny_bert(tmp_path_factory.mktemp("castorini") / "monobert-large-msmarco", 2, 1)
+
+
+@pytest.fixture(scope="session")
+def bge(tmp_path_factory) -> Path:
+    return _tiny_bert(tmp_path_factory.mktemp("BAAI") / "bge-reranker-v2-m3", 1, 2)
+
+
+@pytest.fixture(scope="session")
+def rankllama(tmp_path_factory) -> tuple[Path, Path]:
+    """(adapter, base): a tiny Llama saved as meta-llama/Llama-2-7b-hf is (a causal LM with a
+    tokenizer), and a LoRA adapter over it made with peft as castorini's rankllama is (task
+    SEQ_CLS, num_labels 1, the score head saved with it, its base named in
+    adapter_config.json)."""
+    pytest.importorskip("peft")
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import (
+        AutoModelForSequenceClassification,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedTokenizerFast,
+    )
+
+    root = tmp_path_factory.mktemp("rankllama")
+    vocab = {t: i for i, t in enumerate(["<unk>", "<s>", "</s>", *_words()])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    # Llama's tokenizer puts <s> before each sequence of a pair
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
+    base = root / "Llama-2-7b-hf"
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>").save_pretrained(base)  # fmt: skip
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                         max_position_embeddings=1024)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(base)
+    model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=1)
+    lora = LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, init_lora_weights=False,
+                      target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                      "up_proj", "down_proj"])  # fmt: skip
+    adapter = root / "rankllama-v1-7b-lora-passage"
+    get_peft_model(model, lora).save_pretrained(adapter)
+    return adapter, base
+
+
+def r2med_reranker(mode: str, path, pairs: list[list[str]], max_length: int = 512) -> list[float]:
+    """R2MED's ``RerankerModel(path, max_length=max_length, mode=mode).predict(pairs)``
+    (src/utils.py L811-882) on one CPU, as R2MED's transformers 4.44 ran it: ``from_pretrained``
+    without a dtype meant float32 then, so it is asked for (transformers 5 would take the
+    config's); ``device_map="auto"`` and ``trust_remote_code`` change nothing for a stock model
+    on one device."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    if mode == "llama":
+        from peft import PeftModel
+
+        adapter, base = path  # model_name_or_path[0], [1] (L821-825)
+        tokenizer = AutoTokenizer.from_pretrained(base)  # L821
+        base_model = AutoModelForSequenceClassification.from_pretrained(
+            base, num_labels=1, dtype=torch.float16
+        )  # L822-824
+        model = PeftModel.from_pretrained(base_model, adapter)  # L825
+        model = model.merge_and_unload()  # L826
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path)  # L828
+        model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+    model.eval()  # L846
+    with torch.no_grad():  # L844
+        if mode == "bge":  # L847-856
+            inputs = tokenizer(pairs, padding=True, truncation=True, return_tensors="pt",
+                               max_length=max_length)  # fmt: skip
+            return model(**inputs, return_dict=True).logits.view(-1).float().cpu().tolist()
+        if mode == "mono":  # L857-868
+            queries, passages = zip(*pairs, strict=True)
+            inputs = tokenizer(list(queries), list(passages), return_tensors="pt",
+                               truncation=True, padding="longest",
+                               max_length=max_length)  # fmt: skip
+            return model(**inputs).logits[:, 1].squeeze(-1).cpu().tolist()
+        scores = []  # mode "llama", L869-881: one pair at a time, no truncation flag given
+        for sentence_pair in pairs:
+            q_text = f"query: {sentence_pair[0]}"
+            p_text = f"document: {sentence_pair[1]}"
+            inputs = tokenizer(q_text, p_text, return_tensors="pt", max_length=max_length)
+            scores.append(model(**inputs).logits[0][0].cpu().float().item())
+        return scores
+
+
+def r2med_top(ranking: dict[str, float], scores_of, top_k: int = 10) -> dict[str, float]:
+    """R2MED's reranked list of a query (src/eval_reranker.py L112-119): the first top_k of the
+    first stage scored, sorted by score descending, only those kept."""
+    topk_pids = list(ranking.keys())
+    scores = scores_of(topk_pids[:top_k])
+    reranked = {pid: score for pid, score in zip(topk_pids[:top_k], scores, strict=False)}
+    return dict(sorted(reranked.items(), key=lambda item: item[1], reverse=True)[:top_k])
+
+
+def _r2med_stage(model, **options):
+    typed = cfg.typed_options(CROSS, {"model": str(model), "device": "cpu", **options}, "rerank")
+    ctx = StageContext(corpus=R2MED_CORPUS, task="toy", options=typed, cache_dir=None)
+    return build_stage(ctx)
+
+
+def _first_stage() -> dict[str, float]:
+    """12 documents, the long one and the tie (d3 before d3a) in the top 10."""
+    ids = ["x0", "long", "d1", "d3", "x1", "d2", "d3a", "x2", "d4", "d5", "x3", "x4"]
+    return {d: float(len(ids) - i) for i, d in enumerate(ids)}
+
+
+def _pairs(query: str, ids) -> list[list[str]]:
+    return [[query, R2MED_CORPUS[d]] for d in ids]
+
+
+@pytest.mark.parametrize(("fixture", "mode", "rule"), [("monobert", "mono", "label1"),
+                                                       ("bge", "bge", "logit")])  # fmt: skip
+def test_monobert_and_bge_score_as_r2med_scores_them(fixture, mode, rule, request):
+    model = request.getfixturevalue(fixture)
+    query = QUERIES["q2"]
+    previous = _first_stage()
+    out = asyncio.run(_r2med_stage(model, depth=10).rerank("q2", query, previous))
+    (step,) = out["steps"]
+    assert step["scoring"] == rule
+    top = list(previous)[:10]
+    expected = r2med_reranker(mode, model, _pairs(query, top))
+    ours = dict(zip(step["doc_ids"], step["scores"], strict=True))
+    assert [ours[d] for d in top] == expected  # the same batch: the same floats
+    if mode == "mono":  # the raw "relevant" logit, not a softmax probability
+        assert any(not 0 <= s <= 1 for s in expected)
+    assert len(out["ranking"]) == len(previous)  # keep_rest: the rest stays under the top 10
+
+
+def test_a_two_label_classifier_r2med_never_named_is_read_at_label_1(monobert, tmp_path):
+    import shutil
+
+    from agents.rerank.r2med_rerankers import resolve_scoring
+
+    other = tmp_path / "some-relevance-classifier"
+    shutil.copytree(monobert, other)
+    assert resolve_scoring("auto", str(other), str(other)) == "label1"  # from its config.json
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "id2label": {"0": "a", "1": "b",
+                                                                          "2": "c"}}))  # fmt: skip
+    with pytest.raises(ValueError, match=r"^option scoring: .* has 3 labels"):
+        resolve_scoring("auto", str(other), str(other))
+    assert resolve_scoring("label1", str(other), str(other)) == "label1"  # the override
+
+
+def test_rules_by_r2med_name():
+    from agents.rerank.r2med_rerankers import rule_by_name
+
+    assert rule_by_name("BAAI/bge-reranker-v2-m3") == "logit"
+    assert rule_by_name("castorini/monobert-large-msmarco") == "label1"
+    assert rule_by_name("castorini/rankllama-v1-7b-lora-passage") == "rankllama"
+    assert rule_by_name("/hub/models--castorini--monobert-large-msmarco/snapshots/0a1b") == "label1"
+    assert rule_by_name("cross-encoder/ms-marco-MiniLM-L-6-v2") is None
+
+
+def test_rankllama_through_peft_scores_and_orders_as_r2med(rankllama):
+    adapter, base = rankllama
+    query = QUERIES["q2"]
+    previous = _first_stage()
+    stage = _r2med_stage(adapter, depth=10, max_length=24)  # the long document is cut
+    out = asyncio.run(stage.rerank("q2", query, previous))
+    (step,) = out["steps"]
+    assert (step["scoring"], step["base"]) == ("rankllama", str(base))  # from adapter_config
+    top = list(previous)[:10]
+    expected = r2med_reranker("llama", (adapter, base), _pairs(query, top), max_length=24)
+    ours = dict(zip(step["doc_ids"], step["scores"], strict=True))
+    assert [ours[d] for d in top] == expected
+    # R2MED's top 10, as its sort gives it (ties: see the test of tie order)
+    r2med = r2med_top(previous, lambda ids: r2med_reranker("llama", (adapter, base),
+                                                         _pairs(query, ids), 24))  # fmt: skip
+    assert list(out["ranking"])[:10] == step["doc_ids"]
+    assert sorted(ours.values(), reverse=True) == list(r2med.values())
+    untied = [d for d in r2med if list(r2med.values()).count(r2med[d]) == 1]
+    assert [d for d in step["doc_ids"] if d in untied] == untied
+
+
+def test_the_long_pair_is_cut_as_transformers_4_44_cut_it(rankllama):
+    """R2MED gives rankllama's tokenizer max_length and no truncation flag (src/utils.py
+    L874-879); transformers 4.44 warned and truncated longest_first, and this environment's
+    transformers still does (silently): the reference above, which gives no flag, is cut."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(rankllama[1])
+    args = ("query: aspirin", f"document: {LONG}")
+    unflagged = tokenizer(*args, max_length=24)["input_ids"]
+    assert len(tokenizer(*args)["input_ids"]) > 24
+    assert unflagged == tokenizer(*args, max_length=24, truncation="longest_first")["input_ids"]
+    assert len(unflagged) == 24
+
+
+def test_option_base_serves_an_adapter_that_names_a_hub_base(rankllama, tmp_path):
+    import shutil
+
+    adapter, base = rankllama
+    moved = tmp_path / "rankllama-v1-7b-lora-passage"
+    shutil.copytree(adapter, moved)
+    config = json.loads((moved / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "meta-llama/Llama-2-7b-hf"  # as castorini's names it
+    (moved / "adapter_config.json").write_text(json.dumps(config))
+    previous = _first_stage()
+    own = asyncio.run(_r2med_stage(moved, depth=4, base=str(base)).rerank("q", "aspirin",
+                                                                          previous))  # fmt: skip
+    ref = asyncio.run(_r2med_stage(adapter, depth=4).rerank("q", "aspirin", previous))
+    assert own["steps"][0]["scores"] == ref["steps"][0]["scores"]
+    assert own["steps"][0]["base"] == str(base)
+
+
+def test_without_peft_rankllama_is_refused_in_one_line(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "peft", None)  # import peft fails, as if not installed
+    for options in ({"model": "castorini/rankllama-v1-7b-lora-passage"},
+                    {"model": str(tmp_path / "m"), "scoring": "rankllama"}):  # fmt: skip
+        typed = cfg.typed_options(CROSS, {**options, "device": "cpu"}, "rerank")
+        with pytest.raises(ValueError, match=r"^scoring rankllama .* pip install peft$"):
+            build_stage(StageContext(corpus=CORPUS, task="toy", options=typed))
+
+
+def test_a_score_of_one_rule_is_never_served_for_another(bge, tmp_path, predict_calls):
+    from agents.rerank.r2med_rerankers import TransformersScorer
+
+    ours: list[int] = []
+    real = TransformersScorer.predict
+
+    def spy(self, pairs, batch_size):
+        ours.append(len(pairs))
+        return real(self, pairs, batch_size)
+
+    previous = _previous_ranking()
+
+    def rerank(**options):
+        stage = _stage(bge, tmp_path, depth=5, **options)  # one cache folder for all
+        return stage, asyncio.run(stage.rerank("q", "aspirin", previous))["steps"][0]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(TransformersScorer, "predict", spy)
+        stage, raw = rerank()  # the name says R2MED's bge-reranker: the raw logit
+        assert ours == [5] and raw["scoring"] == stage.key_prefix()["scoring"] == "logit"
+        stage, st = rerank(scoring="sentence-transformers")  # CrossEncoder: a sigmoid
+        assert predict_calls == [5] and st["cached"] == 0 and "scoring" not in stage.key_prefix()
+        assert all(0 < s < 1 for s in st["scores"])
+        assert sorted(st["scores"]) != sorted(raw["scores"])
+        assert rerank(scoring="logit")[1]["cached"] == 5 and ours == [5]
+
+
+def test_ties_go_as_trec_eval_ranked_r2meds_scores(rankllama):
+    """R2MED hands its raw scores to pytrec_eval (src/eval_reranker.py L117-121), which ranks
+    equal float32 scores by doc id descending; the stage's list, evaluated as a ranking, must
+    score what R2MED's dict scores, for graded judgements that tell every order apart."""
+    import pytrec_eval
+
+    adapter, base = rankllama
+    previous = _first_stage()
+    query = QUERIES["q2"]
+    out = asyncio.run(_r2med_stage(adapter, depth=10).rerank("q2", query, previous))
+    scores = dict(zip(out["steps"][0]["doc_ids"], out["steps"][0]["scores"], strict=True))
+    assert scores["d3"] == scores["d3a"]  # the same text: a tie
+    r2med = r2med_top(previous, lambda ids: [scores[d] for d in ids])
+    ours = {d: s for d, s in out["ranking"].items() if d in r2med}
+    assert list(ours)[:10].index("d3a") < list(ours).index("d3")  # trec: d3a > d3
+    for shift in range(10):
+        qrels = {"q": {d: (i + shift) % 10 + 1 for i, d in enumerate(sorted(r2med))}}
+        evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"})
+        assert evaluator.evaluate({"q": ours}) == evaluator.evaluate({"q": r2med})
+    previous_order = _r2med_stage(adapter, depth=10, ties="previous")
+    again = asyncio.run(previous_order.rerank("q2", query, previous))["steps"][0]["doc_ids"]
+    assert again.index("d3") < again.index("d3a")  # the first stage's order
+
+
+def test_reorder_compares_as_float32_and_breaks_ties_by_doc_id_descending():
+    from agents.rerank.cross import reorder
+
+    ids = ["a", "b", "c", "d"]
+    scores = [1.0 + 1e-12, 1.0, 2.0, float("nan")]  # a and b differ beyond float32
+    assert [ids[i] for i in reorder(ids, scores, "trec")] == ["c", "b", "a", "d"]
+    assert [ids[i] for i in reorder(ids, scores, "previous")] == ["c", "a", "b", "d"]
+    assert [ids[i] for i in reorder(ids, [1.0, 1.0, 2.0, 0.0], "previous")] == ["c", "a", "b", "d"]
+
+
+def test_keep_rest_false_keeps_only_the_reranked_top_as_r2med(monobert):
+    previous = _first_stage()
+    out = asyncio.run(_r2med_stage(monobert, depth=10, keep_rest=False).rerank("q", "x",
+                                                                             previous))  # fmt: skip
+    assert list(out["ranking"]) == out["steps"][0]["doc_ids"] and len(out["ranking"]) == 10
+
+
+def test_r2med_options_are_checked_in_one_line():
+    for given, message in (({"scoring": "softmax"}, "option scoring must be one of auto, "),
+                           ({"ties": "random"}, "option ties must be one of auto, previous, trec"),
+                           ({"scoring": "logit", "base": "b"}, "option base is for a PEFT "
+                                                                "adapter")):  # fmt: skip
+        with pytest.raises(cfg.ConfigError, match=f"^cross: {message}"):
+            cfg.typed_options(CROSS, {"model": "m", **given}, "rerank")
+
+
+@pytest.mark.parametrize("name", ["bge-reranker", "monobert", "rankllama"])
+def test_a_depth_10_cross_stage_over_nv_embed_is_r2meds_reranker_row(name):
+    from agents import paper
+
+    model = {"bge-reranker": "BAAI/bge-reranker-v2-m3",
+             "monobert": "castorini/monobert-large-msmarco",
+             "rankllama": "castorini/rankllama-v1-7b-lora-passage"}[name]  # fmt: skip
+    config = cfg.to_dict(cfg.from_settings({
+        "agent": "none", "dataset": "r2med", "retriever": "dense:nvidia/NV-Embed-v2",
+        "rerank": [f"cross:{model},depth=10"],
+    }))  # fmt: skip
+    assert paper.paper_row(config) == f"reranker/{name}/nv/top_10"
+    for change in ({"depth": 20}, {"max_length": 1024}, {"scoring": "sentence-transformers"}):
+        other = json.loads(json.dumps(config))
+        other["rerank"][0]["options"].update(change)
+        assert paper.paper_row(other) is None, change
+
+
+def test_end_to_end_the_rule_is_in_the_config_and_every_step(
+    monobert, tmp_path, toy_dir, monkeypatch
+):
+    monkeypatch.setitem(agents.registry.STAGES, "cross", CROSS)
+    assert main(["--agent", "none", "--dataset", str(toy_dir), "--runs-dir",
+                 str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--quiet",
+                 "--run-name", "r", "--rerank",
+                 f"cross,model={monobert},depth=10,device=cpu,scoring=label1"]) == 0  # fmt: skip
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    assert config["rerank"][0]["options"]["scoring"] == "label1"
+    records = read_records(tmp_path / "runs" / "r" / "toy" / "rerank-1-cross" / "queries.jsonl")
+    assert records and all(r["steps"][0]["scoring"] == "label1" for r in records.values())

@@ -1,19 +1,31 @@
-"""The `cross` stage: a sentence-transformers CrossEncoder rescores the top `depth` documents.
+"""The `cross` stage: a cross-encoder rescores the top `depth` documents.
 
     --rerank cross:BAAI/bge-reranker-v2-m3,depth=100,batch_size=32,max_length=512,device=auto
+    --rerank cross:castorini/rankllama-v1-7b-lora-passage,depth=10
 
 Decisions worth knowing:
 
+* How a pair is scored is option ``scoring`` (`agents.rerank.r2med_rerankers`): R2MED's three
+  rerankers (bge-reranker, monobert, rankllama) are scored as R2MED's ``RerankerModel`` scores
+  them, chosen by their names; any other 2-label classifier by its "relevant" logit
+  (logits[:, 1], as R2MED reads monoBERT); any other model by sentence-transformers'
+  CrossEncoder, its activation included, as this stage always has. A PEFT adapter (rankllama)
+  is merged into its base model, option ``base`` or the one its adapter_config.json names.
 * Only the first `depth` documents of the previous ranking are scored; they are re-sorted by
-  the cross-encoder's score (equal scores keep their previous order) and every document below
-  keeps its previous place under them. The ranking's scores are rank-based (n, n-1, ..., 1),
-  so they decrease strictly whatever the model returns; the model's own scores are in the
-  step (`doc_ids`, `scores`, in the new order).
+  the model's score and every document below keeps its previous place under them
+  (``keep_rest=false``: the list ends at `depth`, as R2MED's eval_reranker.py L118 keeps only
+  the reranked top-k). Equal scores (``ties``) keep their previous order, or, for R2MED's
+  rules (``ties=auto``), take the order trec_eval gave R2MED's raw scores: float32 score
+  descending, doc id descending (eval_reranker.py L117-121 hands the scores to pytrec_eval;
+  eval/evaluate.py). The ranking's scores are rank-based (n, n-1, ..., 1), so they decrease
+  strictly whatever the model returns; the model's own scores are in the step (`doc_ids`,
+  `scores`, in the new order, and the `scoring` rule).
 * Scores are cached on disk under ``cache_dir/rerank/cross/`` (diskcache: SQLite, safe between
-  processes), one JSON float per (model id, max length, query text, document text). Nothing
-  about the agent or the run is in the key, so a rerun, a resumed run or another agent that
-  retrieved the same documents for the same query text pays nothing. A local model's id is its
-  resolved path: retrain into the same folder and the old scores are still served.
+  processes), one JSON float per (model id, its revision, max length, scoring rule, base
+  model, query text, document text). Nothing about the agent or the run is in the key, so a
+  rerun, a resumed run or another agent that retrieved the same documents for the same query
+  text pays nothing. A local model's id is its resolved path and its revision a hash of its
+  files, so weights replaced in place are scored again.
 * The device is resolved when the stage is built (``auto``: CUDA, else MPS, else CPU, as the
   dense retriever does), so an unusable device is refused before any query runs; the weights
   load at the first query that misses the cache, so a run that is fully cached never loads
@@ -33,10 +45,21 @@ import sqlite3
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from agents.rerank.r2med_rerankers import (
+    PEFT_MISSING,
+    SCORINGS,
+    ST,
+    Scoring,
+    load_scorer,
+    peft_available,
+    resolve,
+    rule_by_name,
+)
 from agents.specs import StageSpec
 from retrievers.config import DEVICE_FORMS, is_device
 
@@ -48,8 +71,15 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 32,
     "max_length": 512,
     "device": "auto",
+    "scoring": "auto",  # r2med_rerankers.SCORINGS
+    "base": "",  # a PEFT adapter's base model; "": the one its adapter_config.json names
+    "ties": "auto",  # TIES
+    "keep_rest": True,  # the documents below depth stay under the reranked ones
 }
+TIES = ("auto", "previous", "trec")
 # Bump when what a cached score means changes (e.g. a new activation): old entries then miss.
+# Scores are also keyed by their rule, except sentence-transformers' (the only rule before
+# rules were keyed), whose entries cached before keep serving.
 CACHE_FORMAT = 1
 
 
@@ -65,11 +95,22 @@ def check_options(options: dict[str, Any]) -> None:
         raise ValueError(
             f"option device must be one of {', '.join(DEVICE_FORMS)}, got {options['device']!r}"
         )
+    for name, allowed in (("scoring", SCORINGS), ("ties", TIES)):
+        if options[name] not in allowed:
+            raise ValueError(
+                f"option {name} must be one of {', '.join(allowed)}, got {options[name]!r}"
+            )
+    if str(options["base"]).strip() and options["scoring"] not in ("auto", "rankllama"):
+        raise ValueError(
+            f"option base is for a PEFT adapter (scoring auto or rankllama), not scoring "
+            f"{options['scoring']}"
+        )
 
 
 CROSS = StageSpec(
     "cross",
-    "sentence-transformers cross-encoder over the top depth documents (model: hub name or path)",
+    "cross-encoder over the top depth documents (model: hub name or path); R2MED's rerankers "
+    "scored as R2MED scores them",
     "agents.rerank.cross:build_stage",
     uses_llm=False,
     defaults=DEFAULTS,
@@ -126,6 +167,29 @@ class ScoreCache:
             log.warning("cross-encoder scores not cached (%s)", e)
 
 
+@dataclass(frozen=True)
+class Ordering:
+    """How the scored top is re-sorted and what follows it."""
+
+    ties: str = "auto"  # TIES; auto: trec for R2MED's rules, previous for sentence-transformers
+    keep_rest: bool = True
+
+
+def reorder(doc_ids: Sequence[str], scores: Sequence[float], ties: str) -> list[int]:
+    """The positions of ``doc_ids`` by ``scores`` descending; equal scores keep their order
+    (``previous``) or go by doc id descending, compared as float32 (``trec``: the order
+    trec_eval ranks R2MED's raw scores in, eval/evaluate.py)."""
+    # A NaN (an overflowing half-precision head) would make the sort order arbitrary.
+    safe = [-math.inf if math.isnan(s) else s for s in scores]
+    if ties == "trec":
+        import numpy as np
+
+        with np.errstate(over="ignore"):
+            keyed = [(np.float32(s), d) for s, d in zip(safe, doc_ids, strict=True)]
+        return sorted(range(len(safe)), key=lambda i: keyed[i], reverse=True)
+    return sorted(range(len(safe)), key=lambda i: (-safe[i], i))
+
+
 class CrossStage:
     def __init__(
         self,
@@ -136,42 +200,93 @@ class CrossStage:
         max_length: int,
         device: str,
         cache_dir: Path | None,
+        scoring: str = "auto",
+        base: str = "",
+        ordering: Ordering | None = None,
     ) -> None:
         from retrievers.dense import resolve_model
 
         self.corpus = corpus
+        self.model_name = model
         self.model_id, self.load_path = resolve_model(model)
         self.depth = depth
         self.batch_size = batch_size
         self.max_length = max_length
         self.device = device
+        self.scoring_option, self.base_option = scoring, base
+        self.ordering = ordering or Ordering()
         self.cache = ScoreCache(Path(cache_dir) / "rerank" / "cross") if cache_dir else None
         self._model_lock = threading.Lock()
+        self._prefix_lock = threading.Lock()  # the rule's files are read (or fetched) once
+        self._scoring: Scoring | None = None
         self._key_prefix: dict[str, Any] | None = None
 
+    def scoring(self) -> Scoring:
+        """The rule (and a rankllama adapter's base), from the options and the model's files."""
+        if self._scoring is None:
+            self._scoring = resolve(self.scoring_option, self.model_name, self.load_path,
+                                    self.base_option)  # fmt: skip
+        return self._scoring
+
+    def ties(self) -> str:
+        if self.ordering.ties != "auto":
+            return self.ordering.ties
+        return "previous" if self.scoring().rule == ST else "trec"
+
     def model(self):
-        return load_cross_encoder(self.load_path, self.max_length, self.device)
+        scoring = self.scoring()
+        if scoring.rule == ST:
+            return load_cross_encoder(self.load_path, self.max_length, self.device)
+        return load_scorer(scoring.rule, self.load_path, scoring.base_path, self.max_length,
+                           self.device)  # fmt: skip
 
     def key_prefix(self) -> dict[str, Any]:
-        """What names the model in a score's key: its id, its weights' revision and the max
-        length (truncation changes the score). A hub model not downloaded yet is loaded
+        """What names the model in a score's key: its id, its weights' revision, the max
+        length (truncation changes the score) and, for all but sentence-transformers' rule,
+        the rule and a base model's id and revision. A hub model not downloaded yet is loaded
         first, so that its revision is known."""
-        if self._key_prefix is None:
-            from retrievers.dense import model_revision
+        with self._prefix_lock:
+            if self._key_prefix is None:
+                scoring = self.scoring()
+                prefix = {"format": CACHE_FORMAT, "model": self.model_id,
+                          "revision": self._revision(self.load_path),
+                          "max_length": self.max_length}  # fmt: skip
+                if scoring.rule != ST:
+                    prefix["scoring"] = scoring.rule
+                if scoring.base_path is not None:
+                    prefix["base"] = scoring.base_id
+                    prefix["base_revision"] = self._revision(scoring.base_path)
+                self._key_prefix = prefix
+            return self._key_prefix
 
-            revision = model_revision(self.load_path)
-            if revision is None:
-                with self._model_lock:
-                    self.model()
-                revision = model_revision(self.load_path) or "unknown"
-            self._key_prefix = {"format": CACHE_FORMAT, "model": self.model_id,
-                                "revision": revision, "max_length": self.max_length}  # fmt: skip
-        return self._key_prefix
+    def _revision(self, load_path: str) -> str:
+        from retrievers.dense import model_revision
+
+        revision = model_revision(load_path)
+        if revision is None:
+            with self._model_lock:
+                self.model()
+            revision = model_revision(load_path) or "unknown"
+        return revision
 
     def _key(self, query: str, text: str) -> str:
         entry = {**self.key_prefix(), "query": query, "doc": text}
         blob = json.dumps(entry, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _predict(self, pairs: list[tuple[str, str]]) -> list[float]:
+        model = self.model()
+        if self.scoring().rule != ST:
+            return model.predict(pairs, self.batch_size)
+        predicted = model.predict(
+            pairs, batch_size=self.batch_size, show_progress_bar=False, convert_to_numpy=True
+        )
+        if predicted.ndim != 1:  # float() of a row would fail on every query alike
+            raise ValueError(
+                f"option scoring: {self.model_name} gives {predicted.shape[-1]} scores a pair; "
+                "scoring label1 reads logits[:, 1]"
+            )
+        return [float(s) for s in predicted]
 
     def scores(self, query: str, doc_ids: Sequence[str]) -> tuple[list[float], int]:
         """The model's score of each document for ``query``, and how many came from the cache."""
@@ -181,12 +296,7 @@ class CrossStage:
         missing = [i for i, s in enumerate(found) if s is None]
         if missing:
             with self._model_lock:
-                predicted = self.model().predict(
-                    [(query, texts[i]) for i in missing],
-                    batch_size=self.batch_size,
-                    show_progress_bar=False,
-                    convert_to_numpy=True,
-                )
+                predicted = self._predict([(query, texts[i]) for i in missing])
             fresh = {keys[i]: float(s) for i, s in zip(missing, predicted, strict=True)}
             if self.cache is not None:
                 self.cache.set_many(fresh)
@@ -200,18 +310,20 @@ class CrossStage:
         ids = list(ranking)
         top, rest = ids[: self.depth], ids[self.depth :]
         scores, cached = await asyncio.to_thread(self.scores, query, top)
-        # A NaN (an overflowing half-precision head) would make the sort order arbitrary.
-        safe = [-math.inf if math.isnan(s) else s for s in scores]
-        order = sorted(range(len(top)), key=lambda i: (-safe[i], i))
-        new = [top[i] for i in order] + rest
+        order = reorder(top, scores, self.ties())
+        new = [top[i] for i in order] + (rest if self.ordering.keep_rest else [])
+        scoring = self.scoring()
         step = {
             "node": "cross",
             "model": self.model_id,
+            "scoring": scoring.rule,
             "doc_ids": [top[i] for i in order],
             "scores": [scores[i] for i in order],
             "cached": cached,
             "seconds": round(time.perf_counter() - started, 4),
         }
+        if scoring.base_id is not None:
+            step["base"] = scoring.base_id
         return {"ranking": {d: float(len(new) - r) for r, d in enumerate(new)}, "steps": [step]}
 
 
@@ -224,12 +336,22 @@ def build_stage(ctx) -> CrossStage:
         device = resolve_device(options["device"])
     except ValueError as e:  # its message names the dense retriever's option
         raise ValueError(str(e).replace("dense.device", "cross device", 1)) from None
+    model = str(options["model"])
+    # refused here, before the first query, when the rule is known without the model's files
+    wants_peft = options["scoring"] == "rankllama" or (
+        options["scoring"] == "auto" and rule_by_name(model) == "rankllama"
+    )
+    if wants_peft and not peft_available():
+        raise ValueError(PEFT_MISSING)
     return CrossStage(
         corpus=ctx.corpus,
-        model=str(options["model"]),
+        model=model,
         depth=int(options["depth"]),
         batch_size=int(options["batch_size"]),
         max_length=int(options["max_length"]),
         device=device,
         cache_dir=ctx.cache_dir,
+        scoring=str(options["scoring"]),
+        base=str(options["base"]).strip(),
+        ordering=Ordering(ties=str(options["ties"]), keep_rest=bool(options["keep_rest"])),
     )
