@@ -154,7 +154,7 @@ class RemoteRetriever:
             "k": k,
             "requests": [
                 {"query": r.query, "expansion": r.expansion, "sparse_text": r.sparse_text,
-                 "dense_text": r.dense_text}
+                 "dense_text": r.dense_text, "query_id": r.query_id}
                 for r in requests.values()
             ],
         }  # fmt: skip

@@ -18,9 +18,8 @@ class Baseline:
     ctx: AgentContext
 
     async def ainvoke(self, state: dict[str, Any]) -> dict[str, Any]:
-        ranking, step = search_step(
-            self.ctx.retriever, "retrieve", SearchRequest(query=state["query"]), self.ctx.depth
-        )
+        request = SearchRequest(state["query"], query_id=state["query_id"])
+        ranking, step = search_step(self.ctx.retriever, "retrieve", request, self.ctx.depth)
         return {**state, "steps": [*state.get("steps", []), step], "ranking": ranking}
 
 

@@ -250,7 +250,7 @@ def build_graph(ctx: AgentContext) -> Any:
                     limit = stopped = f"{LIMITS[name]} ({options[LIMITS[name]]}) reached"
                     raise ToolError(f"not run: {limit}")
                 if name == "search":
-                    result, found = _search(arguments, step)
+                    result, found = _search(arguments, step, state["query_id"])
                     retrieved.append(found)
                 elif name == "read":
                     result, found = _read(arguments)
@@ -285,9 +285,12 @@ def build_graph(ctx: AgentContext) -> Any:
             update["submitted"] = submitted
         return update
 
-    def _search(arguments: Mapping[str, Any], step: dict[str, Any]) -> tuple[str, list[str]]:
+    def _search(
+        arguments: Mapping[str, Any], step: dict[str, Any], query_id: str
+    ) -> tuple[str, list[str]]:
         query, k = _string(arguments, "query"), _k(arguments, options)
-        ranking, found = search_step(ctx.retriever, "tool", SearchRequest(query=query), k)
+        request = SearchRequest(query, query_id=query_id)
+        ranking, found = search_step(ctx.retriever, "tool", request, k)
         step |= {key: found[key] for key in ("retriever", "request", "doc_ids", "scores")}
         return search_result(ranking, ctx.corpus, options["snippet_words"]), list(ranking)
 
@@ -314,7 +317,10 @@ def build_graph(ctx: AgentContext) -> Any:
         step: dict[str, Any] = {}
         if options["fuse_query"] or not lists:
             ranking, step = search_step(
-                ctx.retriever, "final", SearchRequest(query=state["query"]), ctx.depth
+                ctx.retriever,
+                "final",
+                SearchRequest(state["query"], query_id=state["query_id"]),
+                ctx.depth,
             )
             lists.append(list(ranking))
             if not options["fuse_query"]:

@@ -8,7 +8,8 @@ missing or 0 falls back to the server's ``--topk`` (theirs: 3). A server of seve
 ``?task=NAME``.
 
 ``POST /search``: the native endpoint ``--retriever remote:`` calls: ``{"task": name (optional
-with one task), "k": depth, "requests": [{"query", "expansion", "sparse_text", "dense_text"}]}``
+with one task), "k": depth, "requests": [{"query", "expansion", "sparse_text", "dense_text",
+"query_id"}]}``
 (every field of a `retrievers.base.SearchRequest`: what a HyDE passage, a query2doc text or a
 BM25-only text adds per request) in; ``{"results": [{"ids": [...], "scores": [...]}, ...],
 "fingerprint": {...}}`` out, ranked as the retriever ranks in-process: exactly for BM25, and
@@ -60,6 +61,7 @@ class SearchItem(BaseModel):
     expansion: str = ""
     sparse_text: str | None = None
     dense_text: str | None = None
+    query_id: str | None = None  # a dense index never returns this document (BEIR's rule)
 
 
 class SearchBody(BaseModel):
@@ -182,7 +184,7 @@ def make_app(
     async def native(body: SearchBody) -> dict[str, Any]:
         index = index_of(body.task)
         check(len(body.requests), [t for r in body.requests for t in _texts(r)], body.k)
-        requests = [SearchRequest(r.query, r.expansion, r.sparse_text, r.dense_text)
+        requests = [SearchRequest(r.query, r.expansion, r.sparse_text, r.dense_text, r.query_id)
                     for r in body.requests]  # fmt: skip
         rankings = await search(index, requests, body.k)
         return {
