@@ -55,7 +55,7 @@ DEFAULT_DTYPE = "bf16"
 # DEFAULT_DTYPE for sentence-transformers families
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 DENSE_BATCH_SIZE = 32
-# "r2med": R2MED's instruction table (instructions.json); "none": no instruction text at all.
+# "r2med": R2MED's instruction table (families.json); "none": no instruction text at all.
 INSTRUCTION_SETS = ("r2med", "none")
 DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:<N>", "mps")
 _DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?|mps")
