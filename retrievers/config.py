@@ -358,6 +358,20 @@ def parse_spec(spec: object) -> tuple[SpecPart, ...]:
     return tuple(parts)
 
 
+def _check_remote_code(part: SpecPart, family: str) -> None:
+    """Refuse, when the config is read, a model whose family runs its repository's own code
+    (trusting that code is the user's decision: --trust-remote-code)."""
+    from .families import family_for
+
+    chosen = family_for(part.arg, family)
+    if chosen.remote_code:
+        raise _fail(
+            "retriever.spec",
+            f"{part.text}: {chosen.name} models run code from their own repository; allow it "
+            "with --trust-remote-code (retriever.dense.trust_remote_code = true)",
+        )
+
+
 _SUBCONFIGS = {
     "bm25": BM25Config,
     "dense": DenseConfig,
@@ -390,7 +404,7 @@ class RetrieverConfig:
 
     def __post_init__(self) -> None:
         try:
-            parse_spec(self.spec)
+            parts = parse_spec(self.spec)
         except ValueError as e:
             raise _fail(f"{self.SECTION}.spec", str(e)) from None
         for name, cls in _SUBCONFIGS.items():
@@ -400,6 +414,9 @@ class RetrieverConfig:
                     f"{self.SECTION}.{name}",
                     f"expected a {cls.__name__}, got {type(value).__name__} {value!r}",
                 )
+        for part in parts:
+            if part.kind == "dense" and part.arg and not self.dense.trust_remote_code:
+                _check_remote_code(part, self.dense.family)
 
     @property
     def parts(self) -> tuple[SpecPart, ...]:
