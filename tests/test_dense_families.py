@@ -533,3 +533,57 @@ def test_voyage_is_told_the_role_and_cuts_with_its_hub_tokenizer(tmp_path, monke
     tokenizer = AutoTokenizer.from_pretrained(snapshot)
     cut = tokenizer.decode(tokenizer(long)["input_ids"][:16000])  # cut_text, L756-760
     assert calls[0][0] == [json.dumps("a b"), json.dumps(cut)]
+
+
+# --- end to end ---------------------------------------------------------------------------
+
+
+def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_path):
+    """A task whose query ids are also document ids (as in R2MED's patient-to-patient tasks):
+    the dense run never ranks the query's own document, keeps 100 - 1 others, records the
+    family's settings in config.json, and the same run with --ignore-identical-ids false does
+    rank it (first: it is the query's own text)."""
+    from agents.run import main
+
+    folder = tmp_path / "task"
+    folder.mkdir()
+    corpus = {**CORPUS, "p1": QUERIES[0], "p2": QUERIES[1]}
+    with open(folder / "corpus.jsonl", "w") as f:
+        f.writelines(json.dumps({"id": i, "text": t}) + "\n" for i, t in corpus.items())
+    with open(folder / "query.jsonl", "w") as f:
+        f.writelines(json.dumps({"id": f"p{n}", "text": QUERIES[n - 1]}) + "\n" for n in (1, 2))
+    with open(folder / "qrels.jsonl", "w") as f:
+        f.write(json.dumps({"q_id": "p1", "p_id": "d0", "score": 1}) + "\n")
+        f.write(json.dumps({"q_id": "p2", "p_id": "d1", "score": 1}) + "\n")
+
+    def run(name: str, *extra: str) -> list[list[str]]:
+        argv = ["--agent", "none", "--dataset", str(folder), "--retriever",
+                f"dense:{models['bge']}", "--device", "cpu", "--runs-dir",
+                str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--run-name",
+                name, "--quiet", *extra]  # fmt: skip
+        assert main(argv) == 0
+        lines = (tmp_path / "runs" / name / "run.trec").read_text().splitlines()
+        return [line.split() for line in lines]
+
+    dropped = run("dropped")
+    assert all(row[0] != row[2] for row in dropped)
+    assert sum(row[0] == "p1" for row in dropped) == len(corpus) - 1
+    config = json.loads((tmp_path / "runs" / "dropped" / "config.json").read_text())
+    dense = config["retriever"]["dense"]
+    assert (dense["family"], dense["ignore_identical_ids"], dense["trust_remote_code"]) == (
+        "auto", True, False,
+    )  # fmt: skip
+    kept = run("kept", "--ignore-identical-ids", "false")
+    firsts = {row[0]: row[2] for row in kept if row[3] == "1"}
+    assert firsts == {"p1": "p1", "p2": "p2"}
+
+
+def test_a_remote_code_model_is_refused_before_anything_runs(tmp_path, capsys):
+    from agents.run import main
+
+    code = main(["--agent", "hyde", "--dataset", "demo", "--model", "local/smollm2-135m",
+                 "--retriever", "dense:nvidia/NV-Embed-v2",
+                 "--runs-dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1 and "--trust-remote-code" in err[0]
+    assert not list(tmp_path.iterdir())
