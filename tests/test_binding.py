@@ -284,6 +284,7 @@ SPECIAL: dict[str, Callable[[Context], Any] | Any] = {
     "retriever.spec": "dense",
     "retriever.api.api_base": UNREACHABLE,
     "retriever.api.params": {"dimensions": 8},
+    "retriever.dense.family": "plain",
     "llm.model": "scripted/other",
     "llm.api_base": UNREACHABLE,
     "llm.chat_template": "chatml",  # the built-in one, for the base run's file
@@ -304,6 +305,9 @@ SPECIAL: dict[str, Callable[[Context], Any] | Any] = {
     "rerank[insertrank].api_base": UNREACHABLE,
     "rerank[llm-pointwise].api_base": UNREACHABLE,
     "rerank[insertrank].score_name": "score",
+    "rerank[cross].scoring": "logit",
+    "rerank[cross].base": "other/base-model",
+    "rerank[cross].ties": "trec",
 }
 RECORDED_CHANGES: dict[str, Callable[[Context], RunConfig]] = {
     "prompts": _other_prompt_text,
