@@ -260,6 +260,7 @@ def medcpt_encoder(
     src/eval_retrieval.py L159-163)."""
     tokenizer, model = _auto_model(load_path, dtype, device)
     length = max_length or family.length_for("doc")
+    segments = getattr(model.config, "type_vocab_size", 0) > 1 or None
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         def encode_batch(batch: list[str]) -> np.ndarray:
@@ -271,6 +272,9 @@ def medcpt_encoder(
                     truncation="longest_first",
                     return_tensors="pt",
                     max_length=length,
+                    # the pair's segment ids, which transformers 4.x's BERT tokenizers always
+                    # returned and a generic tokenizer of transformers 5 leaves out
+                    return_token_type_ids=segments,
                 )
             else:
                 inputs = tokenizer(
@@ -296,9 +300,24 @@ def _instructor_model(load_path: str, dtype: str, device: str) -> Any:
 
 
 def instructor_encoder(
-    load_path: str, family: Family, dtype: str, device: str, max_length: int | None, batch_size: int
+    load_path: str,
+    family: Family,
+    dtype: str,
+    device: str,
+    max_length: int | None,
+    batch_size: int,
 ) -> Encoder:
-    """InstructorModel (R2MED src/utils.py L185-268): the instruction is the prompt."""
+    """InstructorModel (R2MED src/utils.py L185-268): the instruction is the prompt, left out
+    of the pooled tokens.
+
+    As sentence-transformers 3.0 computed it for R2MED (its ``encode(prompt=)`` and
+    ``Transformer.tokenize``): every text (prompt + text) stripped of surrounding white space
+    before tokenizing, and the prompt's length counted on the stripped prompt, less its final
+    special token. Sentence-transformers 6 strips nothing, which counts a trailing space of the
+    prompt as a prompt token wherever the tokenizer keeps it.
+    """
+    import torch
+
     model = _instructor_model(load_path, dtype, device)
     if max_length is not None:  # R2MED keeps the model's own (L199-200)
         model.max_seq_length = max_length
@@ -306,15 +325,21 @@ def instructor_encoder(
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-        out = model.encode(
-            list(texts),
-            batch_size=batch_size,
-            prompt=instruction,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-            convert_to_numpy=True,
-        )
-        return np.asarray(out, dtype=np.float32)
+        prompt_length = 0
+        if instruction:
+            prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1
+
+        def encode_batch(batch: list[str]) -> np.ndarray:
+            features = model.preprocess([(instruction + t).strip() for t in batch])
+            features = {
+                k: v.to(model.device) if isinstance(v, torch.Tensor) else v
+                for k, v in features.items()
+            }
+            if prompt_length:
+                features["prompt_length"] = prompt_length
+            return _rows(model(features)["sentence_embedding"], True)
+
+        return _batched(list(texts), batch_size, encode_batch)
 
     return encode
 

@@ -237,9 +237,10 @@ def test_medcpt_encodes_documents_as_an_empty_title_pair(models):
         queries = average(query(QUERIES), query([e or "-" for e in EXPANSIONS]))
     index = ours(models["medcpt"])
     check_same(index, docs, queries)
-    # the pair is what R2MED ran: other token ids, so other vectors (by far more than the
-    # tolerance the match above holds to)
+    # the pair is what R2MED ran: other token ids and segment ids (BertTokenizer returns them,
+    # as transformers 4.x's did), so other vectors (by far more than the tolerance above)
     assert pair["input_ids"][0].tolist() != single["input_ids"][0].tolist()
+    assert 1 in pair["token_type_ids"][0].tolist()
     assert np.abs(unit(docs) - unit(alone)).max() > 1e-4
 
 
@@ -356,21 +357,24 @@ def test_bmretriever_is_left_padded_with_eos_and_pools_the_appended_eos(models):
 
 
 def instructor_reference(folder: Path, instruction: str, texts: list[str]) -> np.ndarray:
-    """InstructorModel (utils.py L197-198, L259-268): the prompt's tokens are left out of the
-    mean, then the model's Dense and Normalize modules; computed module by module."""
+    """InstructorModel (utils.py L197-198, L259-268) as sentence-transformers 3.0 ran it for
+    R2MED (R2MED's README pins transformers 4.44.2 and mteb 1.1.1, of sentence-transformers 3.0):
+    encode() puts the prompt before each text, Transformer.tokenize strips every text, the
+    prompt's length is its stripped tokens less the final </s>, and Pooling leaves those out of
+    the mean; then the model's Dense and Normalize modules. Computed module by module."""
     import torch
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(folder), device="cpu")
     transformer, _, dense, _ = list(st)
     tokenizer = transformer.tokenizer
-    prompt_length = len(tokenizer(instruction)["input_ids"]) - 1 if instruction else 0  # no </s>
+    prompt = len(tokenizer(instruction.strip())["input_ids"]) - 1 if instruction else 0
     rows = []
     with torch.no_grad():
         for text in texts:
-            inputs = tokenizer([instruction + text], return_tensors="pt")
+            inputs = tokenizer([(instruction + text).strip()], return_tensors="pt")
             hidden = transformer.auto_model(**inputs).last_hidden_state[0]
-            pooled = hidden[prompt_length:].mean(dim=0)
+            pooled = hidden[prompt:].mean(dim=0)
             out = dense({"sentence_embedding": pooled[None]})["sentence_embedding"][0]
             rows.append(torch.nn.functional.normalize(out, dim=-1).numpy())
     return np.stack(rows)
@@ -379,6 +383,8 @@ def instructor_reference(folder: Path, instruction: str, texts: list[str]) -> np
 def test_instructor_keeps_the_instruction_out_of_the_pooled_tokens(models):
     """init_model's inst-l/inst-xl (L126-130) with per-task instructions for queries and
     documents (L231-232); expansions behind the query instruction (utils.py L235)."""
+    from sentence_transformers import SentenceTransformer
+
     folder = models["instructor"]
     inst = family_instructions(family_for("instructor-large"), TASK)
     assert inst.doc == "Represent the Biology paragraph for retrieval: "  # instrcution.py L25
@@ -386,14 +392,16 @@ def test_instructor_keeps_the_instruction_out_of_the_pooled_tokens(models):
     base = instructor_reference(folder, inst.query, QUERIES)
     expansion = instructor_reference(folder, inst.query, [e or "-" for e in EXPANSIONS])
     check_same(ours(folder), docs, average(base, expansion), atol=2e-5)
-    # pooling the instruction as a plain prefix (what sentence-transformers' default does)
-    # gives other vectors
-    from sentence_transformers import SentenceTransformer
-
-    prefixed = SentenceTransformer(str(folder), device="cpu").encode(
-        [inst.doc + t for t in CORPUS.values()], normalize_embeddings=True
-    )
+    st = SentenceTransformer(str(folder), device="cpu")
+    # pooling the instruction as a plain prefix (sentence-transformers' default) differs...
+    prefixed = st.encode([inst.doc + t for t in CORPUS.values()], normalize_embeddings=True)
     assert not np.allclose(prefixed, docs, atol=1e-3)
+    # ...and so does sentence-transformers 6's own prompt handling on this tokenizer, which
+    # keeps the prompt's trailing space as a token and counts it as prompt (3.0 stripped it)
+    st.set_pooling_include_prompt(False)
+    assert st.tokenizer(inst.doc)["input_ids"] != st.tokenizer(inst.doc.strip())["input_ids"]
+    six = st.encode(list(CORPUS.values()), prompt=inst.doc, normalize_embeddings=True)
+    assert not np.allclose(six, docs, atol=1e-3)
 
 
 def test_models_running_their_own_code_load_only_when_allowed(models):
@@ -542,7 +550,7 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
     """A task whose query ids are also document ids (as in R2MED's patient-to-patient tasks):
     the dense run never ranks the query's own document, keeps 100 - 1 others, records the
     family's settings in config.json, and the same run with --ignore-identical-ids false does
-    rank it (first: it is the query's own text)."""
+    rank it."""
     from agents.run import main
 
     folder = tmp_path / "task"
@@ -562,7 +570,7 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
                 str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--run-name",
                 name, "--quiet", *extra]  # fmt: skip
         assert main(argv) == 0
-        lines = (tmp_path / "runs" / name / "run.trec").read_text().splitlines()
+        lines = (tmp_path / "runs" / name / "task" / "run.trec").read_text().splitlines()
         return [line.split() for line in lines]
 
     dropped = run("dropped")
@@ -574,8 +582,10 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
         "auto", True, False,
     )  # fmt: skip
     kept = run("kept", "--ignore-identical-ids", "false")
-    firsts = {row[0]: row[2] for row in kept if row[3] == "1"}
-    assert firsts == {"p1": "p1", "p2": "p2"}
+    assert {(row[0], row[2]) for row in kept} - {(row[0], row[2]) for row in dropped} == {
+        ("p1", "p1"), ("p2", "p2"),
+    }  # fmt: skip
+    assert sum(row[0] == "p1" for row in kept) == len(corpus)
 
 
 def test_a_remote_code_model_is_refused_before_anything_runs(tmp_path, capsys):

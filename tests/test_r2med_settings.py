@@ -2,9 +2,10 @@
 
 Originals read: R2MED/R2MED at 62b7074 (src/base.py, src/eval_BM25.py, src/eval_retrieval.py,
 src/utils.py, src/example.py, src/instrcution.py, src/generate_hypothetical_doc.py),
-sunnynexus/Search-o1 at 6ced48f (scripts/run_search_o1.py, scripts/evaluate.py),
-PeterGriffinJin/Search-R1 at a14dc3a (search_r1/llm_agent/generation.py,
-scripts/nq_hotpotqa/evaluate.sh), xlang-ai/BRIGHT at d99e839 (reason.py),
+sunnynexus/Search-o1 at 6ced48f (scripts/run_search_o1.py, scripts/prompts.py,
+scripts/evaluate.py), PeterGriffinJin/Search-R1 at a14dc3a (search_r1/llm_agent/generation.py,
+scripts/nq_hotpotqa/evaluate.sh, scripts/data_process/nq_search.py, verl/), xlang-ai/BRIGHT at
+d99e839 (reason.py),
 sunnweiwei/RankGPT at 0d62bc3 (rank_gpt.py), orionw/rank1 at 30585c2 (rank1.py).
 """
 
@@ -18,10 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.graphs.combine import generated_request
+from agents.generations import Generations
+from agents.graphs.combine import NO_TERM, falls_back, generated_request
+from agents.graphs.search_o1 import BEGIN_QUERY, END_QUERY, Turn, read_turn
+from agents.graphs.search_r1 import fit_context, search_r1_question
 from agents.llm import scripted
-from agents.llm.sampling import model_family, resolve
+from agents.llm.sampling import model_family, preset_options, resolve
 from agents.llm.text import read_response, reasoning_parser
+from agents.llm.tokens import Counter
 from agents.run import main
 from eval.runs import unpack_record
 from prompts import PromptBook
@@ -44,11 +49,11 @@ def run(toy_dir: Path, tmp_path: Path, agent: str, *extra: str, model="scripted/
     ])  # fmt: skip
 
 
-# --- reading a reasoning model's text: R2MED src/base.py L7-37 --------------------------------
+# --- reading a reasoning model's text: R2MED src/base.py L5-36 --------------------------------
 
 
 def test_reasoning_models_are_r2meds_list_by_short_and_served_name():
-    # src/base.py L4-5 (r1_model_list) and the branch of split_response_for_r1 for each
+    # src/base.py L5-6 (r1_model_list) and the branch of split_response_for_r1 for each
     assert {
         m: reasoning_parser(m) for m in ("qwq-32b", "r1-llama-70b", "qwen3-8b")
     } == dict.fromkeys(("qwq-32b", "r1-llama-70b", "qwen3-8b"), "think")
@@ -72,7 +77,7 @@ def test_reasoning_models_are_r2meds_list_by_short_and_served_name():
 
 
 def test_the_response_is_read_as_split_response_for_r1_reads_it():
-    # L9-13: the text after the FIRST </think>, stripped; without one, all of it, unstripped
+    # L8-13: the text after the FIRST </think>, stripped; without one, all of it, unstripped
     assert read_response(THOUGHT, "think") == "Answer: metformin.</think> tail"
     assert read_response("  no think here ", "think") == "  no think here "
     # L14-20: HuatuoGPT-o1, after the first "Final Response"
@@ -82,7 +87,7 @@ def test_the_response_is_read_as_split_response_for_r1_reads_it():
     # L21-27: Sky-T1, between the solution tags
     sky = "<|begin_of_thought|> t <|end_of_thought|><|begin_of_solution|>\n S \n<|end_of_solution|>"
     assert read_response(sky, "sky-t1") == "S"
-    # L28-34: Search-R1, the FIRST <answer>
+    # L28-33: Search-R1, the FIRST <answer>
     r1 = "<think>a</think><answer> first </answer> <answer>second</answer>"
     assert read_response(r1, "search-r1") == "first"
     assert read_response("<think>x</think>", "search-r1") == "<think>x</think>"
@@ -134,12 +139,12 @@ class RecordingIndex:
         self.calls.append((list(queries), list(expansions)))
         return [[0.0]] * len(queries)
 
-    def search_vectors(self, vecs, k):
+    def search_vectors(self, vecs, k, query_ids=None):
         return [{} for _ in vecs]
 
 
 def test_dense_retrievers_embed_what_the_rule_says():
-    # src/utils.py L65-89: a str is embedded behind the query instruction; a [query, text] pair
+    # src/utils.py L65-90: a str is embedded behind the query instruction; a [query, text] pair
     # is two embeddings averaged (the instruction on the query only)
     index = RecordingIndex()
     retriever = DenseRetriever(index)
@@ -242,14 +247,14 @@ def test_each_r2med_task_gets_r2meds_own_examples(task):
     )  # fmt: skip
     assert examples.text.startswith(label) and examples.text.endswith("\n")
     answer = "Similar Case:\n" if task in ("PMC-Clinical", "IIYi-Clinical") else "Passage:\n"
-    # two pairs each with the task's own label; IIYi-Clinical's entry (L59-62) holds one
+    # two pairs each with the task's own label; IIYi-Clinical's entry (L59-63) holds one
     assert examples.text.count(answer) == (1 if task == "IIYi-Clinical" else 2)
 
 
 @pytest.mark.parametrize("task", list(R2MED_Q2D))
 def test_query2doc_prompt_is_r2meds_formatted_twice(task):
     # instrcution.py L92: .format(EXAMPLE=Example[key], TEXT="{TEXT}"), then
-    # generate_hypothetical_doc.py L185: .format(TEXT=entry['text'])
+    # generate_hypothetical_doc.py L188 (L86 for the API models): .format(TEXT=entry['text'])
     book = PromptBook({}, task)
     example = book.get("query2doc-examples").text
     query = "A 30-year-old\nwith {braces}? "
@@ -339,9 +344,9 @@ def sent(body: dict) -> dict:
 @pytest.mark.parametrize(
     "model, expected",
     [
-        # R2MED src/generate_hypothetical_doc.py L13, L96-102: API models at 0.8 / 0.8
+        # R2MED src/generate_hypothetical_doc.py L14, L90-98: API models at 0.8 / 0.8
         ("openai/gpt-4o-mini", {"temperature": 0.8, "top_p": 0.8}),
-        # L204, L222: open models on vLLM at 0.7, seed 42, 10240 tokens
+        # L230, L247: open models on vLLM at 0.7, seed 42, 10240 tokens
         (
             "hosted_vllm/Qwen/Qwen2.5-7B-Instruct",
             {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
@@ -403,7 +408,7 @@ def test_open_model_servers_get_search_o1s_own_sampling_parameters(toy_dir, tmp_
 
 
 def test_search_o1_paper_settings_follow_its_script_per_node_and_model():
-    # run_search_o1.py L124-155, L210-212, L388-394 (reasoning), L300-312 (Reason-in-Documents)
+    # run_search_o1.py L124-150, L210-212, L387-394 (reasoning), L304-313 (Reason-in-Documents)
     qwq = resolve("paper", "search-o1", "reason", "hosted_vllm/Qwen/QwQ-32B", "vllm")
     assert qwq.params == {"temperature": 0.7, "top_p": 0.8, "top_k": 20,
                           "repetition_penalty": 1.05, "max_tokens": 20480}  # fmt: skip
@@ -422,8 +427,8 @@ def test_search_o1_paper_settings_follow_its_script_per_node_and_model():
 
 
 def test_other_originals_settings():
-    # Search-R1 evaluate.sh L37 + greedy validation; BRIGHT reason.py L75-98; RankGPT
-    # rank_gpt.py L186; rank1 rank1.py L35, L86-91
+    # Search-R1 evaluate.sh L21 + greedy validation (ray_trainer.py L508, vllm_rollout.py
+    # L162-171); BRIGHT reason.py L75-98; RankGPT rank_gpt.py L186; rank1 rank1.py L35, L86-92
     vllm = "hosted_vllm/m"
     assert resolve("paper", "search-r1", "reason", vllm, "vllm").params == {
         "temperature": 0.0, "max_tokens": 500,
@@ -456,40 +461,6 @@ def test_families():
     }  # fmt: skip
 
 
-# --- the README's agents table: R2MED's own figures -----------------------------------------
-
-README_ROWS = {  # agent -> (its BM25 row, its best row), as the README's table names them
-    "none": ("base/bm25", "base/nv"),
-    "hyde": ("hyde/gpt4/bm25", "hyde/huatuo-o1-70b/nv"),
-    "query2doc": ("query2doc/gpt4/bm25", "query2doc/gpt4/nv"),
-    "lamer": ("lamer/gpt4/bm25", "lamer/qwen-72b/nv"),
-    "search-o1": (None, "search-o1/qwq-32b/nv"),
-    "search-r1": (None, "search-r1/qwen-7b-ins/nv"),
-}
-
-
-def test_the_readmes_agents_table_holds_r2meds_own_figures():
-    import re
-
-    from eval.references import load_references
-    from tests.conftest import REPO
-
-    table = load_references()
-    lines = (REPO / "README.md").read_text().splitlines()
-    for agent, (bm25, best) in README_ROWS.items():
-        row = next(line for line in lines if line.startswith(f"| `{agent}` |"))
-        figures = [float(x) for x in re.findall(r"\b(\d\d\.\d\d)\b", row.rsplit("|", 2)[-2])]
-        expected = [round(table[r].average() * 100, 2) for r in (bm25, best) if r is not None]
-        assert figures == expected, agent
-        # "best row": no row of the method has a higher average
-        method = "base" if agent == "none" else agent
-        rows = [r for r in table.values() if r.row.split("/")[0] == method]
-        assert max(round(r.average() * 100, 2) for r in rows) == expected[-1], agent
-        if bm25 is not None:  # and its BM25 figure is the best BM25 row
-            bm25_rows = [r for r in rows if r.row.endswith("/bm25")]
-            assert max(round(r.average() * 100, 2) for r in bm25_rows) == expected[0], agent
-
-
 def test_the_preset_is_one_setting_for_flags_sweeps_and_python(tmp_path):
     from agents.config import LLMConfig, RunConfig, from_dict, from_settings, to_dict
     from agents.sweep import cells, load_sweep
@@ -503,3 +474,208 @@ def test_the_preset_is_one_setting_for_flags_sweeps_and_python(tmp_path):
     )
     (cell,), _ = cells(load_sweep(sweep))
     assert cell.config.llm.preset == "paper"
+
+
+# --- Search-o1's prompts: scripts/prompts.py L110-129, L357-370; run_search_o1.py L332-370 -----
+
+# sha256 of the original's text, get_singleqa_search_o1_instruction(5) +
+# get_task_instruction_openqa(O1_QUESTION[, model_name='qwq']) (run_search_o1.py L334,
+# L337-340, L368: one user message), computed from the snapshot at 6ced48f
+O1_QUESTION = "A 30-year-old\nwith {braces}? "
+O1_ORIGINALS = {
+    "default": "5e738ba50fe14a0f9aaf0adf5594482ccf8a93a13bab3b1b868db2c65ff9c6e6",
+    "qwq": "b737db2cc23b82c8aacf28962e80cea9b38d287e1ba1784097afece6e384d843",
+}
+# prompts/SOURCES.md's changes, (Search-o1's text, ours)
+O1_CHANGES = (
+    ("perform web searches", "perform searches in a collection of medical documents"),
+    ("relevant web pages", "relevant documents"),
+    ("request a web search", "request a search"),
+)
+O1_ANSWER = {  # prompts.py L367 and L361: how the final answer is asked for
+    "default": "Provide your final answer",
+    "qwq": "You should provide your final answer",
+}
+OURS_ANSWER = " at the end, as a short passage that answers the question."
+
+
+@pytest.mark.parametrize("variant", ["default", "qwq"])
+def test_search_o1_prompts_are_search_o1s_own_with_the_listed_changes(variant):
+    text = PromptBook({}, "toy").get("search-o1", None if variant == "default" else variant).text
+    answer = O1_ANSWER[variant]
+    changes = (
+        *O1_CHANGES,
+        (f"{answer} in the format \\boxed{{YOUR_ANSWER}}.", answer + OURS_ANSWER),
+    )
+    for original, ours in changes:
+        assert ours in text, ours
+        text = text.replace(ours, original)
+    # rendered by hand: the original holds braces a str.format template would need doubled
+    original = text.replace("{max_searches}", "5").replace("{query}", O1_QUESTION)
+    assert hashlib.sha256(original.encode()).hexdigest() == O1_ORIGINALS[variant]
+
+
+def test_a_qwq_model_reads_search_o1s_qwq_task_prompt(toy_dir, tmp_path):
+    """run_search_o1.py L337-338: 'qwq' in model_path.lower() picks the QwQ task prompt
+    (prompts.py L358-363); the run records which one it sent, in config.json and the trace."""
+    for qwq in ("hosted_vllm/Qwen/QwQ-32B", "openai/qwq-32b-preview"):
+        for preset in ("default", "paper"):
+            assert preset_options(preset, "search-o1", qwq).values["qwq_prompt"] is True
+    other = preset_options("default", "search-o1", "hosted_vllm/Qwen/Qwen2.5-7B-Instruct")
+    assert other.values == {}
+    assert "L337-338" in preset_options("default", "search-o1", "x/QwQ").sources["qwq_prompt"]
+    scripted.install(lambda messages, params: "Statins lower it.")
+    assert run(toy_dir, tmp_path, "search-o1", "--option", "qwq_prompt=true") == 0
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    qwq = PromptBook({}, "toy").get("search-o1", "qwq")
+    assert config["prompts"]["search-o1/qwq"] == qwq.sha256
+    assert "search-o1/default" not in config["prompts"]
+    first = records(tmp_path / "runs" / "r")["q3"]["steps"][0]
+    assert first["prompt"]["name"] == "search-o1/qwq"
+    assert first["messages"][0]["content"].endswith(
+        "Please answer the following question. You should provide your final answer at the "
+        "end, as a short passage that answers the question.\n\nQuestion:\nWhat lowers "
+        "cholesterol?\n\n"
+    )
+
+
+# --- a Search-o1 turn: run_search_o1.py L529-532, L412-417, L406, L610-613 -------------------
+
+
+def test_a_search_o1_turn_is_a_search_only_when_it_ends_with_the_end_tag():
+    b, e = BEGIN_QUERY, END_QUERY
+    # L406: vLLM keeps the stop string; ours strip it, and the backends that say which one
+    # ended the text get it back
+    assert read_turn(f"x {b} q ", "stop", e, True) == Turn("q", f"x {b} q {e}")
+    # L532: a turn that ended otherwise (the model's end of turn) is no search
+    assert read_turn(f"x {b} q", "stop", None, True) == Turn(None, f"x {b} q")
+    # a backend that does not say: the one stop string asked for is assumed, and said so
+    assert read_turn(f"x {b} q", "stop", None, False) == Turn("q", f"x {b} q{e}", True)
+    # text written past the closed query: the turn does not end with the tag
+    assert read_turn(f"{b}q{e} more", "stop", None, False).query is None
+    assert read_turn(f"{b} q", "length", None, False).query is None  # cut at max_tokens
+    assert read_turn(f"{b}  ", "stop", e, True).query is None  # `if search_query`: empty
+    # L412-417: re.findall of a non-greedy pair, the last match, stripped
+    assert read_turn(f"{b}a{e} {b} b ", "stop", e, True).query == "b"
+    assert read_turn(f"{b}a {b} b", "stop", e, True).query == f"a {b} b"
+
+
+# --- an empty text: R2MED src/eval_BM25.py L124-133 (no fallback), L74-83 ---------------------
+
+
+def test_an_empty_text_is_searched_as_r2med_searches_it(toy_dir, tmp_path):
+    from eval.datasets import load_tasks
+    from eval.evaluate import pad_run
+    from retrievers.search import RetrieverConfig, build_retriever
+
+    # ours falls back to the query; R2MED searches the text as it is
+    assert falls_back("", "none") and falls_back("<think>x</think>", "think")
+    assert not falls_back("", "none", query_fallback=False)
+    # R2MED's BM25 of a text without a corpus term: every document scores 0, and the stable
+    # sort keeps the first 100 in corpus order (L76-83); ours ranks none, --pad gives that list
+    task = load_tasks(str(toy_dir), tmp_path / "cache")[0]
+    bm25 = build_retriever(RetrieverConfig("bm25"), task, tmp_path / "cache", progress=False)
+    assert bm25.index.search("") == {} == bm25.index.search("More.")
+    doc_ids = list(task.corpus)
+    r2med = sorted(dict.fromkeys(doc_ids, 0.0).items(), key=lambda x: x[1], reverse=True)[:100]
+    assert list(pad_run({"q": {}}, doc_ids, 100)["q"].items()) == r2med
+    # R2MED's own released texts are searched by its rule
+    assert Generations("r2med:qwq-32b", Path("x"), "", {}).r2med
+    assert not Generations("file:mine", Path("x"), "", {}).r2med
+
+
+TOY_DOCS = ("d1", "d2", "d3", "d4", "d5")
+
+
+def padded_run(folder: Path, query_id: str) -> dict[str, float]:
+    """A query's list in run.trec, as pytrec_eval reads it (a dict: run.trec's order is
+    trec_eval's tie order)."""
+    lines = (folder / "toy" / "run.trec").read_text().splitlines()
+    return {r[2]: float(r[4]) for r in map(str.split, lines) if r[0] == query_id}
+
+
+@pytest.mark.parametrize(
+    "agent, empty, more",
+    [
+        ("search-o1", "", "More."),
+        ("search-r1", "<answer> </answer>", "<answer>More.</answer>"),
+    ],
+)
+def test_search_agents_without_the_fallback_search_the_text_as_it_is(
+    toy_dir, tmp_path, agent, empty, more
+):
+    """eval_BM25.py L124-133: the output searched as it is, an empty one too; nothing ranked,
+    which --pad makes R2MED's list, every document at 0 in corpus order (L74-83)."""
+    for reply, folder in ((empty, tmp_path / "empty"), (more, tmp_path / "more")):
+        scripted.install(lambda messages, params, reply=reply: reply)
+        assert run(toy_dir, folder, agent, "--option", "query_fallback=false", "--pad") == 0
+        rec = records(folder / "runs" / "r")["q2"]
+        final = rec["steps"][-1]
+        assert rec["ranking"] == [] and "nothing ranked, as R2MED" in final["note"]
+        assert padded_run(folder / "runs" / "r", "q2") == dict.fromkeys(TOY_DOCS, 0.0)
+        # the empty text goes to BM25 as a text without a term, not as "" (the query)
+        assert final["request"]["sparse_text"] == (NO_TERM if reply == empty else "More.")
+
+
+# --- Search-R1's question and context: nq_search.py L61-63, generation.py L107-115 ------------
+
+
+def test_search_r1_question_ends_with_a_question_mark():
+    # scripts/data_process/nq_search.py L61-63 (and infer.py L13-15): strip, then add "?"
+    assert search_r1_question(" Which drug lowers glucose\n") == "Which drug lowers glucose?"
+    assert search_r1_question("What lowers cholesterol? ") == "What lowers cholesterol?"
+
+
+class WordCounter(Counter):
+    """One token a word, two a message (a chat template's own)."""
+
+    described = "words"
+
+    def _count(self, messages):
+        return sum(len(m["content"].split()) + 2 for m in messages)
+
+    def _encode(self, text):
+        return text.split()
+
+    def _decode(self, ids):
+        return " ".join(ids)
+
+
+def test_search_r1_keeps_its_input_to_its_last_tokens():
+    # generation.py L107-115: input_ids[:, -min(max_prompt_length, effective_len):]
+    messages = [{"role": "user", "content": "a b c d"}, {"role": "assistant", "content": "e f g"}]
+    assert fit_context(messages, 11, WordCounter()) == (messages, None)
+    fitted, cut = fit_context(messages, 8, WordCounter())  # 11 tokens: the first 3 go
+    assert [m["content"] for m in fitted] == ["d", "e f g"]
+    assert cut == {"limit": 8, "tokens": 11, "cut": 3, "counted_by": "words"}
+    fitted, _ = fit_context(messages, 6, WordCounter())  # the first message all, then "e"
+    assert [m["content"] for m in fitted] == ["", "f g"]
+
+
+def test_search_r1_paper_options(tmp_path):
+    """The paper preset's options (agents.llm.sampling.OPTION_RULES) as the run takes them:
+    the question ended with "?" (nq_search.py L61-63) and every turn's input cut to its last
+    context_tokens tokens (generation.py L107-115; evaluate.sh L20: 4096)."""
+    assert preset_options("paper", "search-r1", None).values == {
+        "context_tokens": 4096, "question_mark": True, "query_fallback": False,
+    }  # fmt: skip
+    assert preset_options("default", "search-r1", "hosted_vllm/m").values == {}
+    assert preset_options("paper", "search-o1", None).values == {"query_fallback": False}
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"id": f"d{i}", "text": f"aspirin platelets {i} " * 40}) + "\n"
+                for i in range(3))
+    )  # fmt: skip
+    (folder / "query.jsonl").write_text(json.dumps({"id": "q1", "text": "aspirin action"}) + "\n")
+    (folder / "qrels.jsonl").write_text(json.dumps({"q_id": "q1", "p_id": "d1", "score": 1}) + "\n")
+    scripted.install(lambda messages, params: "<search> aspirin platelets </search>")
+    options = ["--option", "question_mark=true", "--option", "context_tokens=300"]
+    assert run(folder, tmp_path, "search-r1", *options) == 0
+    steps = [s for s in records(tmp_path / "runs" / "r", "data")["q1"]["steps"]
+             if s["node"] == "reason"]  # fmt: skip
+    assert "Question: aspirin action?\n" in steps[0]["messages"][0]["content"]
+    assert "context_cut" not in steps[0] and steps[-1]["context_cut"]["limit"] == 300
+    cut = steps[-1]["context_cut"]
+    assert cut["tokens"] > 300 and "litellm" in cut["counted_by"]
+    assert not steps[-1]["messages"][0]["content"].startswith("Answer the given question.")

@@ -309,19 +309,22 @@ def test_truncate_reasoning_keeps_first_last_and_search_steps():
 
 
 class FakeLLM:
-    """Returns scripted texts with a chosen finish_reason (the scripted provider cannot)."""
+    """Returns scripted texts with a chosen finish_reason and stop_reason (the scripted provider
+    cannot): each output is (text, finish_reason) or (text, finish_reason, stop_reason)."""
 
-    model = "fake/test"
     continues_turns = False  # a chat API, as agents.llm.LLM says of one
+    dry = None
 
-    def __init__(self, outputs: list[tuple[str, str]]) -> None:
+    def __init__(self, outputs: list[tuple], model: str = "fake/test", server: str = "openai"):
         self.outputs = list(outputs)
         self.calls: list[list[dict]] = []
+        self.model, self.server = model, server
 
     async def chat(self, messages, stop=None, **params):
         self.calls.append(messages)
-        text, finish = self.outputs.pop(0)
-        return Completion(text, finish, Usage(calls=1), False, self.model)
+        text, finish, *stop_reason = self.outputs.pop(0)
+        return Completion(text, finish, Usage(calls=1), False, self.model,
+                          stop_reason=stop_reason[0] if stop_reason else None)  # fmt: skip
 
 
 def graph_run(toy: dict, build, llm, query: str = ASPIRIN, **options) -> dict:
@@ -344,19 +347,54 @@ def test_o1_unclosed_query_cut_at_max_tokens_is_not_a_search(toy):
 
 
 def test_o1_empty_and_nested_queries(toy):
-    # an empty query ends the trajectory, as Search-o1's `if search_query and ...` (L533)
+    # an empty query ends the trajectory, as Search-o1's `if search_query and ...`
+    # (scripts/run_search_o1.py L532)
     llm = FakeLLM([(f"Let me search.\n\n{BEGIN_QUERY}  ", "stop")])
     state = graph_run(toy, build_o1, llm, llm_mode="chat")
     assert [s["node"] for s in state["steps"]] == ["reason", "final"]
-    llm = FakeLLM([
+    nested = [
         (f"{BEGIN_QUERY}wrong {BEGIN_QUERY}aspirin platelets", "stop"),
         (INFO, "stop"),
         ("Aspirin blocks platelet cyclooxygenase.", "stop"),
-    ])  # fmt: skip
-    state = graph_run(toy, build_o1, llm, llm_mode="chat")
+    ]
+    # Search-o1's extract_between (L412-417) matches from the first begin tag, non-greedily
+    state = graph_run(toy, build_o1, FakeLLM(nested), llm_mode="chat")
     steps = state["steps"]
     assert [s["node"] for s in steps] == ["reason", "search", "documents", "reason", "final"]
-    assert steps[1]["request"]["query"] == "aspirin platelets"
+    assert steps[1]["request"]["query"] == f"wrong {BEGIN_QUERY}aspirin platelets"
+    assert steps[0]["stop_assumed"] == END_QUERY  # a chat API does not name its stop string
+    # ours, lenient: the query after the last begin tag
+    state = graph_run(toy, build_o1, FakeLLM(nested), llm_mode="chat", lenient_query=True)
+    assert state["steps"][1]["request"]["query"] == "aspirin platelets"
+
+
+def test_o1_a_turn_is_a_search_only_when_it_ends_with_the_end_tag(toy):
+    """scripts/run_search_o1.py L532: `search_query and seq['output'].rstrip().endswith(
+    END_SEARCH_QUERY)`; any other turn ends the trajectory (L610-613). A backend that names
+    its stop string (an embedded model, vLLM) says whether the turn ended there."""
+    unclosed = f"Aspirin acts on COX.\n\n{BEGIN_QUERY}aspirin platelets"
+    local = {"model": "local/qwen2.5-coder-0.5b", "server": "openai"}
+    # the model ended its turn (no stop string) inside an unclosed query: not a search
+    state = graph_run(toy, build_o1, FakeLLM([(unclosed, "stop", None)], **local),
+                      llm_mode="chat")  # fmt: skip
+    assert [s["node"] for s in state["steps"]] == ["reason", "final"]
+    assert state["steps"][0]["search_query"] is None
+    # it stopped at <|end_search_query|>: a search
+    llm = FakeLLM([(unclosed, "stop", END_QUERY), (INFO, "stop"), ("done", "stop")],
+                  model="openai/m", server="vllm")  # fmt: skip
+    state = graph_run(toy, build_o1, llm, llm_mode="chat")
+    assert [s["node"] for s in state["steps"]][:3] == ["reason", "search", "documents"]
+    assert "stop_assumed" not in state["steps"][0]
+    # a backend that wrote on past the closed query: the turn does not end with the tag
+    past = f"{BEGIN_QUERY}aspirin platelets{END_QUERY}{BEGIN_RESULT}made up{END_RESULT} Done."
+    state = graph_run(toy, build_o1, FakeLLM([(past, "stop")]), llm_mode="chat")
+    assert [s["node"] for s in state["steps"]] == ["reason", "final"]
+    assert state["generated"]["passage"] == past  # kept whole, as Search-o1 keeps it
+    # ours, lenient: both searched
+    state = graph_run(toy, build_o1, FakeLLM([(unclosed, "stop", None), (INFO, "stop"),
+                                              ("done", "stop")], **local),
+                      llm_mode="chat", lenient_query=True)  # fmt: skip
+    assert [s["node"] for s in state["steps"]][:2] == ["reason", "search"]
 
 
 def test_o1_reason_in_documents_is_read_as_search_o1_reads_it(toy):

@@ -31,8 +31,8 @@ def _write_json(path: Path, data: dict) -> None:
 def bert(folder: Path, seed: int = 0, num_labels: int | None = None) -> Path:
     """A tiny BERT (bge, contriever and MedCPT are BERT models): WordPiece, [CLS] ... [SEP]."""
     import torch
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    from transformers import BertConfig, BertModel, BertTokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -42,22 +42,10 @@ def bert(folder: Path, seed: int = 0, num_labels: int | None = None) -> Path:
     tk.train_from_iterator(
         TEXTS * 3, trainers.WordPieceTrainer(vocab_size=300, special_tokens=specials)
     )
-    cls, sep = tk.token_to_id("[CLS]"), tk.token_to_id("[SEP]")
-    tk.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        sep_token="[SEP]",
-        mask_token="[MASK]",
-        model_max_length=512,
-    )
-    tokenizer.save_pretrained(folder)
+    # vocab.txt and a BertTokenizer, as BERT repositories ship them (its pairs carry segment ids)
+    vocab = sorted(tk.get_vocab().items(), key=lambda item: item[1])
+    (folder / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab))
+    BertTokenizer(str(folder / "vocab.txt"), model_max_length=512).save_pretrained(folder)
     config = BertConfig(
         vocab_size=tk.get_vocab_size(),
         hidden_size=32,
