@@ -195,10 +195,7 @@ class DenseConfig:
     )
     dtype: str = field(
         default="auto",
-        metadata=_help(
-            f"weights dtype: {', '.join(DTYPES)} (auto: R2MED's for its retrievers' families, "
-            f"else {DEFAULT_DTYPE})"
-        ),
+        metadata=_help(f"weights dtype: {', '.join(DTYPES)} (auto: the family's own)"),
     )
     batch_size: int = field(
         default=DENSE_BATCH_SIZE, metadata=_help("texts per forward pass when encoding")
@@ -212,23 +209,15 @@ class DenseConfig:
     )
     family: str = field(
         default="auto",
-        metadata=_help(
-            "how the model is loaded and encoded: auto (from its name, as R2MED names its "
-            "retrievers) or a family of retrievers/families.json"
-        ),
+        metadata=_help("encoder family: auto (from the model's name) or one of families.json"),
     )
     trust_remote_code: bool = field(
         default=False,
-        metadata=_help(
-            "allow families whose models run their repository's own code (NV-Embed, GritLM)"
-        ),
+        metadata=_help("let NV-Embed and GritLM run their repository's own code"),
     )
     ignore_identical_ids: bool = field(
         default=True,
-        metadata=_help(
-            "dense and api retrievers never return the document whose id is the query's, as "
-            "R2MED's dense evaluation (BEIR's exact search) does"
-        ),
+        metadata=_help("dense/api: never return the document whose id is the query's"),
     )
 
     def __post_init__(self) -> None:

@@ -47,7 +47,10 @@ def test_defaults_are_todays_behaviour():
         (lambda: DenseConfig(device="gpu"), "dense.device: must be one of auto, cpu, cuda"),
         (lambda: DenseConfig(device="cuda:x"), "dense.device: must be one of"),
         (lambda: DenseConfig(device=0), "dense.device: must be one of"),
-        (lambda: DenseConfig(dtype="fp16"), "dense.dtype: must be one of auto, fp32, bf16"),
+        (lambda: DenseConfig(dtype="fp8"), "dense.dtype: must be one of auto, fp32, bf16, fp16"),
+        (lambda: DenseConfig(family="nv"), "dense.family: must be one of auto, e5-mistral, "),
+        (lambda: DenseConfig(trust_remote_code="yes"), "dense.trust_remote_code: expected true"),
+        (lambda: DenseConfig(ignore_identical_ids=1), "dense.ignore_identical_ids: expected true"),
         (lambda: DenseConfig(batch_size=0), "dense.batch_size: must be a positive integer, got 0"),
         (lambda: DenseConfig(batch_size=2.5), "dense.batch_size: expected an integer, got 2.5"),
         (lambda: DenseConfig(batch_size=True), "dense.batch_size: expected an integer"),
@@ -110,7 +113,7 @@ def test_round_trip_through_json():
     config = RetrieverConfig(
         spec="bm25+dense:BAAI/bge-large-en-v1.5+api:text-embedding-3-large",
         bm25=BM25Config("lucene", k1=1.2, b=0.75),
-        dense=DenseConfig("cuda:1", "fp32", 8, 512, "none"),
+        dense=DenseConfig("cuda:1", "fp32", 8, 512, "none", "medcpt", True, False),
         api=ApiEmbedConfig("http://localhost:8000/v1", 16, {"dimensions": 1024, "x": [1, "a"]}),
         fusion=FusionConfig("combmnz", 10, 200),
     )
@@ -121,6 +124,9 @@ def test_round_trip_through_json():
         "batch_size": 8,
         "max_length": 512,
         "instructions": "none",
+        "family": "medcpt",
+        "trust_remote_code": True,
+        "ignore_identical_ids": False,
     }
     assert RetrieverConfig.from_dict(data) == config
     assert RetrieverConfig.from_dict(RetrieverConfig().to_dict()) == RetrieverConfig()

@@ -174,7 +174,7 @@ def test_dense_retriever_batches_requests_and_averages_expansions(tmp_path):
     assert many["expanded"] != dense.search(SearchRequest("which fruit?"), k=4)
     vec = dense.index.encode_requests(["which fruit?"], ["bananas from plantations"])
     q = dense.index.encode_queries(["which fruit?"])
-    e = dense.index.encode(["bananas from plantations"])
+    e = dense.index.encode(["bananas from plantations"], "", "query")
     assert vec == pytest.approx((q + e) / 2, abs=1e-6)
 
 
