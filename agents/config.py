@@ -192,11 +192,22 @@ class RunConfig:
     # CPU, for embedded models); not part of the binding: a cached rerun is the same anywhere
     machine: Mapping[str, Any] = field(default_factory=dict)
 
+    def _given_options(self) -> dict[str, Any]:
+        """The options given, over those the preset gives the agent for its model
+        (agents.llm.sampling.OPTION_RULES): a given option wins, as a given sampling setting
+        wins over the preset's."""
+        from agents.llm.sampling import preset_options
+
+        llm = self.llm if self.llm is not None else LLMConfig()
+        preset = preset_options(llm.preset, self.agent, llm.model).values
+        defaults = AGENTS[self.agent].defaults
+        return {**{k: v for k, v in preset.items() if k in defaults}, **self.options}
+
     def __post_init__(self) -> None:
         if self.agent not in AGENTS:
             raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
         spec = AGENTS[self.agent]
-        object.__setattr__(self, "options", typed_options(spec, self.options, "option"))
+        object.__setattr__(self, "options", typed_options(spec, self._given_options(), "option"))
         if self.generations is not None:
             from agents.generations import parse_source
 

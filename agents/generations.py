@@ -74,6 +74,12 @@ class Generations:
     texts: dict[str, str]
     model: str | None = None  # who wrote them (R2MED's short name, or a run's model), if known
 
+    @property
+    def r2med(self) -> bool:
+        """Whether these are R2MED's own released texts (``r2med:`` sources), which are searched
+        as R2MED searched them, an empty one included (`agents.graphs.combine.falls_back`)."""
+        return self.label.startswith(R2MED_PREFIX)
+
 
 def parse_source(text: str, agent: str) -> SourceSpec:
     """``text`` as a source for ``agent``; ValueError (one line, no prefix) when unusable."""

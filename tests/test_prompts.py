@@ -209,6 +209,7 @@ RULES = {
     "query2doc-examples": (set(), set()),
     "reason": ({"query"}, {"query"}),
     "search-o1": ({"query", "max_searches"}, {"query"}),
+    "search-o1/qwq": ({"query", "max_searches"}, {"query"}),  # Search-o1's QwQ task prompt
     "search-o1/documents": (
         {"prev_reasoning", "search_query", "documents"},
         {"prev_reasoning", "search_query", "documents"},

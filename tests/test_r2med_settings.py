@@ -679,3 +679,53 @@ def test_search_r1_paper_options(tmp_path):
     cut = steps[-1]["context_cut"]
     assert cut["tokens"] > 300 and "litellm" in cut["counted_by"]
     assert not steps[-1]["messages"][0]["content"].startswith("Answer the given question.")
+
+
+# --- the preset's options as runs take them (agents.config: agents.llm.sampling.OPTION_RULES) --
+
+
+def test_a_qwq_model_is_given_search_o1s_qwq_prompt(toy_dir, tmp_path):
+    # run_search_o1.py L337-338, under every preset; an option given wins
+    scripted.install(lambda messages, params: "Statins lower it.")
+    assert run(toy_dir, tmp_path, "search-o1", model="scripted/QwQ-test") == 0
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    assert config["options"]["qwq_prompt"] is True and "search-o1/qwq" in config["prompts"]
+    assert run(toy_dir, tmp_path, "search-o1", "--option", "qwq_prompt=false", "--run-name",
+               "plain", model="scripted/QwQ-test") == 0  # fmt: skip
+    config = json.loads((tmp_path / "runs" / "plain" / "config.json").read_text())
+    assert "search-o1/default" in config["prompts"]
+
+
+def test_the_paper_preset_gives_search_r1_its_originals_options(toy_dir, tmp_path):
+    scripted.install(lambda messages, params: "<answer> statins </answer>")
+    assert run(toy_dir, tmp_path, "search-r1", "--preset", "paper") == 0
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    options = config["options"]
+    assert (options["context_tokens"], options["question_mark"], options["query_fallback"]) == (
+        4096, True, False,
+    )  # fmt: skip
+    assert run(toy_dir, tmp_path, "search-r1", "--run-name", "d") == 0
+    options = json.loads((tmp_path / "runs" / "d" / "config.json").read_text())["options"]
+    assert (options["context_tokens"], options["question_mark"]) == (0, False)
+
+
+@pytest.mark.parametrize("source", ["r2med", "file"])
+def test_an_empty_released_text_is_searched_as_r2med_searched_it(toy_dir, tmp_path, source):
+    """R2MED src/eval_BM25.py L124-133: R2MED's own texts are searched as they are; an empty
+    one ranks nothing, which --pad makes R2MED's list (L74-83). Other sources keep ours."""
+    lines = "".join(json.dumps({"id": q, "hy_doc": ""}) + "\n" for q in ("q1", "q2", "q3"))
+    if source == "r2med":
+        folder = tmp_path / "released" / "toy" / "hyde" / "gpt4"
+        folder.mkdir(parents=True)
+        (folder / "query_with_hydoc.jsonl").write_text(lines)
+        given = f"r2med:gpt4@{tmp_path / 'released'}"
+    else:
+        (tmp_path / "texts.jsonl").write_text(lines)
+        given = str(tmp_path / "texts.jsonl")
+    assert run(toy_dir, tmp_path, "hyde", "--generations", given, "--pad") == 0
+    rec = records(tmp_path / "runs" / "r")["q2"]
+    if source == "file":
+        assert rec["steps"][-1]["note"].startswith("empty generation; searched with the query")
+        return
+    assert rec["steps"][-1]["request"]["sparse_text"] == NO_TERM and rec["ranking"] == []
+    assert padded_run(tmp_path / "runs" / "r", "q2") == dict.fromkeys(TOY_DOCS, 0.0)

@@ -18,8 +18,10 @@ class Baseline:
     ctx: AgentContext
 
     async def ainvoke(self, state: dict[str, Any]) -> dict[str, Any]:
-        request = SearchRequest(state["query"], query_id=state["query_id"])
-        ranking, step = search_step(self.ctx.retriever, "retrieve", request, self.ctx.depth)
+        request = SearchRequest(state["query"])
+        ranking, step = search_step(
+            self.ctx.retriever, "retrieve", request, self.ctx.depth, state["query_id"]
+        )
         return {**state, "steps": [*state.get("steps", []), step], "ranking": ranking}
 
 

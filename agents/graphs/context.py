@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 from eval.usage import Usage
@@ -63,15 +63,20 @@ class AgentState(TypedDict, total=False):
 
 
 def search_step(
-    retriever: Retriever, node: str, request: SearchRequest, k: int
+    retriever: Retriever, node: str, request: SearchRequest, k: int, query_id: str | None = None
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Search and describe it as a trace step; returns (ranking, step).
+
+    ``query_id`` is the task query's id the search serves: a retriever that ignores identical
+    ids (R2MED's dense evaluation) never returns the document with that id.
 
     Graph nodes that search are async so that this runs on the event loop's thread: LangGraph
     runs sync nodes in worker threads, and numba's default threading layer (used by ranx's
     fusion) aborts the process when launched from several threads at once.
     """
     started = time.perf_counter()
+    if query_id is not None:
+        request = replace(request, query_id=query_id)
     ranking = retriever.search(request, k)
     step = {
         "node": node,

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agents.graphs.combine import generated_request, is_empty
+from agents.graphs.combine import falls_back, r2med_request
 from agents.graphs.context import AgentContext, AgentState, search_step
 from agents.llm.steps import llm_step
 from prompts import format_docs
@@ -89,7 +89,11 @@ def build_graph(spec: GenerateSpec, ctx: AgentContext) -> Any:
 
     async def first_pass(state: AgentState) -> dict:
         ranking, step = search_step(
-            ctx.first_stage, "first_pass", SearchRequest(query=state["query"]), LAMER_DOCS
+            ctx.first_stage,
+            "first_pass",
+            SearchRequest(query=state["query"]),
+            LAMER_DOCS,
+            state["query_id"],
         )
         texts = [ctx.corpus[doc_id] for doc_id in ranking]
         return {"steps": [step], "generated": {"docs": format_docs(texts, LAMER_DOC_WORDS)}}
@@ -131,17 +135,28 @@ def _retrieve(method: str, ctx: AgentContext) -> Callable:
             if ctx.generations is not None:
                 label = ctx.generations.label
                 note["note"] = f"no generation in {label}; searched with the raw query"
-        elif is_empty(text, ctx.parser):
-            # An empty text would make BM25 search for nothing; the query is the honest
-            # fallback, and the trace says so.
+        elif falls_back(text, ctx.parser, _query_fallback(ctx)):
+            # An empty text would make BM25 search for nothing; the query is our fallback,
+            # and the trace says so (not for R2MED's own texts: agents.graphs.combine).
             request = SearchRequest(query=query)
             note["note"] = "empty generation; searched with the query instead"
         else:
-            request = generated_request(method, query, text, ctx.parser)
-        ranking, step = search_step(ctx.retriever, "retrieve", request, ctx.depth)
+            # R2MED's rule, an empty text included (src/eval_BM25.py L124-133)
+            request = r2med_request(method, query, text, ctx.parser)
+        ranking, step = search_step(
+            ctx.retriever, "retrieve", request, ctx.depth, state["query_id"]
+        )
         return {"steps": [step | note], "ranking": ranking}
 
     return retrieve
+
+
+def _query_fallback(ctx: AgentContext) -> bool:
+    """Whether an empty text is searched as the raw query: ours, but not for R2MED's released
+    texts (R2MED searched them as they are) nor for an agent run without it (--preset paper)."""
+    if ctx.generations is not None and ctx.generations.r2med:
+        return False
+    return bool(ctx.options.get("query_fallback", True))
 
 
 def replay_graph(method: str, ctx: AgentContext) -> Any:

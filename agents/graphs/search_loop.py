@@ -22,8 +22,13 @@ Final ranking (option ``final_ranking``), always retrieved at ``ctx.depth`` with
   in, Search-o1's ``seq['output']``) searched as R2MED searches its Search-o1 and Search-R1
   outputs (`agents.graphs.combine`): a reasoning model's response (after its first
   ``</think>``; Search-R1's first ``<answer>``) or, for other models, the whole output, scored
-  alone by BM25 and averaged with the query by dense retrievers. An empty response, or one
-  that matches no document, falls back to the query, and the step says so.
+  alone by BM25 and averaged with the query by dense retrievers. With the option
+  ``query_fallback`` (ours; on unless ``--preset paper``) an empty response, or one that
+  matches no document, is searched as the raw query instead, and the step says so. Without
+  it the response is searched as it is, as R2MED searches it (``src/eval_BM25.py`` L124-133
+  has no fallback): BM25 then ranks nothing, which ``--pad`` turns into R2MED's list, the
+  first documents of the corpus at score 0 (R2MED's BM25 scores every document 0 for a text
+  without a corpus term and keeps the first 100 of its stable sort, L74-83).
 * ``fuse``: reciprocal-rank fusion (retrievers.hybrid.rrf_fuse) of every list the agent
   retrieved on the way plus the ``answer`` list; with no search it is the ``answer`` list.
 * ``trace``: the whole trajectory, tags removed, as BM25 text and dense expansion.
@@ -35,7 +40,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agents.graphs.combine import generated_request, is_empty
+from agents.graphs.combine import NO_TERM, falls_back, r2med_request
 from agents.graphs.context import AgentContext, AgentState, fuse_lists, search_step
 from retrievers.base import SearchRequest
 
@@ -64,7 +69,7 @@ def check_options(options: Mapping[str, Any]) -> None:
     for key in ("max_turns", "top_k", "doc_chars"):
         if key in options and options[key] < 1:
             raise ValueError(f"{key} must be at least 1, got {options[key]}")
-    for key in ("max_searches", "max_refusals", "obs_tokens"):
+    for key in ("max_searches", "max_refusals", "obs_tokens", "context_tokens"):
         if key in options and options[key] < 0:
             raise ValueError(f"{key} must be at least 0, got {options[key]}")
 
@@ -169,20 +174,30 @@ async def final_ranking(
             text = query
             note["note"] = "empty trace; searched with the query instead"
         request = SearchRequest(query=query, expansion=text, sparse_text=text)
-        ranking, step = search_step(ctx.retriever, "final", request, ctx.depth)
+        ranking, step = search_step(ctx.retriever, "final", request, ctx.depth, state["query_id"])
         return {"steps": [step | note], "ranking": ranking, "generated": generated}
 
-    if is_empty(output, ctx.parser):
+    fallback = ctx.options.get("query_fallback", True)
+    if falls_back(output, ctx.parser, fallback):
         request = SearchRequest(query=query)
         note["note"] = "empty answer; searched with the query instead"
     else:
-        request = generated_request(method, query, output, ctx.parser)
-    ranking, step = search_step(ctx.retriever, "final", request, ctx.depth)
+        request = r2med_request(method, query, output, ctx.parser)
+        if request.sparse_text == NO_TERM:
+            note["note"] = "empty answer; searched as it is, as R2MED searches it"
+    ranking, step = search_step(ctx.retriever, "final", request, ctx.depth, state["query_id"])
     if not ranking and request.sparse_text is not None:
-        # BM25 finds nothing for an answer without a corpus term ("More."); an empty list
-        # would score 0 where the query alone finds something.
-        ranking, step = search_step(ctx.retriever, "final", SearchRequest(query=query), ctx.depth)
-        note["note"] = "the answer matched no document; searched with the query instead"
+        if fallback:
+            # BM25 finds nothing for an answer without a corpus term ("More."); an empty list
+            # would score 0 where the query alone finds something.
+            request = SearchRequest(query=query)
+            ranking, step = search_step(
+                ctx.retriever, "final", request, ctx.depth, state["query_id"]
+            )
+            note["note"] = "the answer matched no document; searched with the query instead"
+        else:
+            note.setdefault("note", "the answer matched no document")
+            note["note"] += "; nothing ranked, as R2MED ranks it (--pad: its zero-score list)"
     if mode == "fuse":
         lists = state.get("retrieved", [])
         note["fused_lists"] = len(lists) + 1

@@ -10,19 +10,35 @@ ends when a turn asks for no search (or an empty one); its output is ranked by
 
 As sunnynexus/Search-o1 ``scripts/run_search_o1.py`` runs single-question QA (the instruction
 R2MED's queries get, ``get_singleqa_search_o1_instruction``): up to ``max_searches`` 5 searches
-(L198-205) in ``max_turns`` 15 reasoning calls (L80-84), ``top_k`` 10 documents, each shown up
+(L198-205) in ``max_turns`` 15 reasoning calls (L80-85), ``top_k`` 10 documents, each shown up
 to ``doc_chars`` 6,000 characters (``max_doc_len * 2``, L640-644, the page's start when no
 snippet locates it: our documents have none); past the limit or for a query already searched
-the result block holds their canned message (L596-608), and the model goes on. What
-Reason-in-Documents found is read as ``scripts/evaluate.py`` L20-29 reads it (``information``
-option ``original``): the text after the last "\n**Final Information**" with its newlines
-deleted, else after "\n**Modified Reasoning Steps**", else "No helpful information found.".
+the result block holds their canned message (L596-608), and the model goes on. A QwQ model
+gets Search-o1's QwQ task prompt (L337-338, ``scripts/prompts.py`` L358-363; option
+``qwq_prompt``, which `agents.llm.sampling.OPTION_RULES` sets for a model named "qwq"). A turn
+is a search only as Search-o1 reads one (L529-532, ``extract_between`` L412-417): its text,
+with the stop string that ended it, ends with ``<|end_search_query|>``, and the query is the
+content of its last complete begin/end pair, stripped and not empty; any other turn ends the
+trajectory (L610-613). What Reason-in-Documents found is read as ``scripts/evaluate.py``
+L20-29 reads it (``information`` option ``original``): the text after the last
+"\n**Final Information**" with its newlines deleted, else after "\n**Modified Reasoning
+Steps**", else "No helpful information found.".
+
+Which stop string ended a turn is known where the backend says (``Completion.stop_reason``:
+the embedded ``local/`` models, vLLM, a dry run); for other backends, which strip the stop
+string and do not name it, a normal finish after an unclosed query is taken as having stopped
+at ``<|end_search_query|>``, the one stop string asked for, and the step says so
+(``stop_assumed``).
 
 Ours, each an option: ``information=lenient`` also takes "Final Information:" and
 un-starred headings, joins lines with spaces and falls back to the whole reply (small models
 rarely write the heading exactly); ``max_refusals=N`` ends a trajectory after N refused
-searches in a row (0, the original: never). An output cut at max_tokens inside an unclosed
-search query is unfinished reasoning, not a search: the trajectory ends with it.
+searches in a row (0, the original: never); ``lenient_query`` also searches a query the
+model left unclosed when it ended its turn, and the query before text a backend wrote past
+the stop string (the text after it dropped), taking the query after the last begin tag;
+``query_fallback`` (on unless ``--preset paper``) searches the raw query when the output
+holds nothing to search (`agents.graphs.search_loop`). An output cut at max_tokens inside an
+unclosed search query is unfinished reasoning, not a search: the trajectory ends with it.
 
 LLM modes (option ``llm_mode``, see agents/graphs/search_loop.py): ``local/`` models continue
 their own partial assistant turn, as Search-o1 runs with vLLM; chat APIs (litellm providers,
@@ -36,6 +52,7 @@ searches), "search_skipped" (a canned message), "limit", "final" (the final rank
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from agents.graphs.context import AgentContext, search_step
@@ -51,7 +68,7 @@ from agents.graphs.search_loop import (
     transcript,
 )
 from agents.llm.dry import Reply, WorstCase
-from agents.llm.steps import llm_step
+from agents.llm.steps import llm_call, llm_step
 from agents.llm.text import answer_text
 from retrievers.base import SearchRequest
 
@@ -60,7 +77,7 @@ END_QUERY = "<|end_search_query|>"
 BEGIN_RESULT = "<|begin_search_result|>"
 END_RESULT = "<|end_search_result|>"
 
-# Search-o1's own canned texts (scripts/run_search_o1.py L597, L603; scripts/evaluate.py L29).
+# Search-o1's own canned texts (scripts/run_search_o1.py L597, L604; scripts/evaluate.py L29).
 REPEATED_QUERY = "You have searched this query. Please refer to previous results."
 SEARCH_LIMIT = "The maximum search limit is exceeded. You are not allowed to search."
 NO_INFORMATION = "No helpful information found."
@@ -77,8 +94,16 @@ DEFAULTS: dict[str, Any] = {
     "doc_chars": 6000,  # each document shown up to this many characters
     "information": "original",  # how Reason-in-Documents' reply is read: original | lenient
     "max_refusals": 0,  # end after this many refused searches in a row (0: never, as Search-o1)
+    # Search-o1's QwQ task prompt (prompts/search-o1/qwq.txt); agents.llm.sampling's
+    # OPTION_RULES turn it on for a model named "qwq", as run_search_o1.py L337-338 does
+    "qwq_prompt": False,
+    # ours: also search an unclosed query at a turn's end (Search-o1 L532: only a turn that
+    # ends with the end tag is a search)
+    "lenient_query": False,
+    "query_fallback": True,  # ours: search the raw query when the output holds nothing
 }
-PROMPTS = ("search-o1", "search-o1/documents", "search-o1/chat")
+PROMPTS = ("search-o1", "search-o1/qwq", "search-o1/documents", "search-o1/chat")
+QUERY_PAIR = re.compile(re.escape(BEGIN_QUERY) + r"(.*?)" + re.escape(END_QUERY), re.DOTALL)
 
 
 class SearchO1State(SearchState, total=False):
@@ -128,6 +153,46 @@ def final_information(text: str, reader: str = "original") -> str:
     return text.strip("`").strip() or NO_INFORMATION
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One reasoning turn as read: its search query (None: not a search), the text the
+    trajectory keeps, and whether the stop string that ended it was assumed, not reported."""
+
+    query: str | None
+    kept: str
+    stop_assumed: bool = False
+
+
+def names_stop_strings(llm: Any) -> bool:
+    """Whether the backend reports the stop string that ended a text (``stop_reason``): the
+    embedded models (agents/llm/local.py) and vLLM do, and so does a dry run's worst case."""
+    return llm.dry is not None or llm.model.startswith("local/") or llm.server == "vllm"
+
+
+def read_turn(
+    text: str, finish_reason: str | None, stop_reason: str | None, names_stops: bool
+) -> Turn:
+    """A turn as Search-o1 reads it (run_search_o1.py L529-532): the text with the stop string
+    that ended it (vLLM's ``include_stop_str_in_output``, L406), a search only when it ends
+    with the end tag, its query the last complete pair's content (``extract_between``,
+    L412-417, a non-greedy match), stripped and not empty."""
+    assumed = False
+    if text.rstrip().endswith(END_QUERY) or finish_reason == "length":
+        ended_at_tag = False  # already there, or cut at max_tokens
+    elif stop_reason is not None or names_stops:
+        ended_at_tag = stop_reason == END_QUERY
+    else:  # the backend strips the stop string and does not name it: END_QUERY is the only
+        # one asked for, so a normal finish inside an open query is taken as having hit it
+        is_open = text.rfind(BEGIN_QUERY) > text.rfind(END_QUERY)
+        ended_at_tag = assumed = finish_reason == "stop" and is_open
+    full = text + END_QUERY if ended_at_tag else text
+    pairs = QUERY_PAIR.findall(full)
+    query = pairs[-1].strip() if pairs else None
+    if query and full.rstrip().endswith(END_QUERY):
+        return Turn(query, full, assumed)
+    return Turn(None, full)
+
+
 def result_segment(information: str) -> dict[str, Any]:
     return env_segment(f"\n\n{BEGIN_RESULT}{information}{END_RESULT}\n\n")
 
@@ -155,21 +220,37 @@ def build_graph(ctx: AgentContext) -> Any:
     options = ctx.options
     mode = resolve_llm_mode(ctx)
     max_turns, max_searches = options["max_turns"], options["max_searches"]
-    instruction = ctx.prompts.get("search-o1")
+    # run_search_o1.py L337-340: the QwQ variant of the task prompt, else the other
+    instruction = ctx.prompts.get("search-o1", "qwq" if options["qwq_prompt"] else None)
     documents_prompt = ctx.prompts.get("search-o1", "documents")
     chat_prompt = ctx.prompts.get("search-o1", "chat")
+    names_stops = ctx.llm is not None and names_stop_strings(ctx.llm)
+
+    def read(completion: Any) -> Turn:
+        if options["lenient_query"]:
+            call, kept = parse_call(
+                completion.text, BEGIN_QUERY, END_QUERY, completion.finish_reason
+            )
+            return Turn(call, kept)
+        return read_turn(
+            completion.text, completion.finish_reason, completion.stop_reason, names_stops
+        )
 
     async def reason(state: SearchO1State) -> dict:
         segments = state.get("segments", [])
         prompt = instruction.render(query=state["query"], max_searches=max_searches)
         messages = build_messages(prompt, segments, mode, chat_prompt)
-        text, step = await llm_step(ctx, "reason", messages, stop=[END_QUERY])
-        call, kept = parse_call(text, BEGIN_QUERY, END_QUERY, step["finish_reason"])
+        completion, step = await llm_call(ctx, "reason", messages, stop=[END_QUERY])
+        turn = read(completion)
+        call = turn.query
         step |= {"llm_mode": mode, "search_query": call}
+        if turn.stop_assumed:
+            step["stop_assumed"] = END_QUERY
         step["prompt"] = {"name": instruction.name, "sha256": instruction.sha256}
         steps = [step]
         if step["finish_reason"] == "length" and call is None:
-            cut = "inside an unclosed search query" if BEGIN_QUERY in text else "mid-reasoning"
+            unclosed = BEGIN_QUERY in completion.text
+            cut = "inside an unclosed search query" if unclosed else "mid-reasoning"
             steps.append(
                 {
                     "node": "limit",
@@ -179,13 +260,13 @@ def build_graph(ctx: AgentContext) -> Any:
             )
         return {
             "steps": steps,
-            "segments": [*segments, model_segment(kept)],
+            "segments": [*segments, model_segment(turn.kept)],
             "turns": state.get("turns", 0) + 1,
             "call": call,
         }
 
     def after_reason(state: SearchO1State) -> str:
-        if not state.get("call"):  # no search, or an empty one: finished (L533, L610-613)
+        if not state.get("call"):  # no search, or an empty one: finished (L532, L610-613)
             return "final"
         return "limit" if state["turns"] >= max_turns else "search"
 
@@ -203,7 +284,7 @@ def build_graph(ctx: AgentContext) -> Any:
                 "refusals": state.get("refusals", 0) + 1,
             }
         ranking, step = search_step(
-            ctx.retriever, "search", SearchRequest(query=query), options["top_k"]
+            ctx.retriever, "search", SearchRequest(query=query), options["top_k"], state["query_id"]
         )
         update = {
             "steps": [step],

@@ -14,12 +14,28 @@ The loop is Search-R1's evaluation rollout (PeterGriffinJin/Search-R1
 * If no answer came, one more turn with search off and nothing added before it (L278-310): a
   search written there is not run. Option ``final_nudge`` (ours, off) adds
   prompts/search-r1/final.txt before that turn, asking for the answer.
+* Under ``--preset paper`` (`agents.llm.sampling.OPTION_RULES`; off by default, each an
+  option): ``context_tokens`` 4096 keeps what the model is sent to its last 4,096 tokens, as
+  the rollout cuts its rolling input to ``max_prompt_length`` from the left before every turn
+  (L107-115; ``scripts/nq_hotpotqa/evaluate.sh`` L20). The cut takes whole messages, then the
+  start of the first one it reaches, from the front, so the chat template's own tokens stay
+  where Search-R1's cut would drop the first of them; the transcript the final ranking reads
+  is not cut. Tokens are counted by `agents.llm.tokens.model_counter`: the embedded model's
+  own tokenizer on its ChatML prompt (exact), else litellm's tokenizer for the model (its
+  Hugging Face tokenizer where litellm knows it and has it cached, else tiktoken's
+  cl100k_base: an approximation), and the step records which. ``question_mark`` strips the
+  question and ends it with "?" where it lacks one, as Search-R1's data script does
+  (``scripts/data_process/nq_search.py`` L61-63). Search-R1's ``max_start_length`` (2,048,
+  evaluate.sh L22) is not applied: it cuts only the copy of the prompt the rollout returns
+  with its output (``verl/trainer/ppo/ray_trainer.py`` L512, generation.py L223 and
+  L326-332), never what the model reads, which starts from the whole prompt (L231; a prompt
+  over ``max_prompt_length`` is refused, ``verl/utils/dataset/rl_dataset.py`` L134-139).
 
 Documents are formatted as Search-R1's ``_passages2string`` (L460-469) formats its retrieval
 server's ``contents``: the first line is the title, ``Doc i(Title: <first line>) <rest>``.
 
 Final ranking (default ``answer``, see agents/graphs/search_loop.py): the trajectory's output is
-read as R2MED reads its Search-R1 outputs (``src/base.py`` L29-34): the first ``<answer>``, and
+read as R2MED reads its Search-R1 outputs (``src/base.py`` L28-33): the first ``<answer>``, and
 searched alone by BM25, averaged with the query by dense retrievers.
 
 LLM modes as for search-o1: ``local/`` models continue the partial assistant turn, as
@@ -47,6 +63,7 @@ from agents.graphs.search_loop import (
 )
 from agents.llm.dry import Reply, WorstCase
 from agents.llm.steps import llm_call
+from agents.llm.tokens import Counter, model_counter
 from retrievers.base import SearchRequest
 
 SEARCH, END_SEARCH = "<search>", "</search>"
@@ -68,6 +85,12 @@ DEFAULTS: dict[str, Any] = {
     "obs_tokens": 500,  # each <information> block cut to this many tokens (0: no cut)
     "final_nudge": False,  # ours: ask for the answer before the turn without search
     "llm_mode": "auto",
+    # Search-R1's, under --preset paper (off by default): the input kept to its last this
+    # many tokens (generation.py L107-115; 0: no cut) and the question ended with "?"
+    # (nq_search.py L61-63)
+    "context_tokens": 0,
+    "question_mark": False,
+    "query_fallback": True,  # ours: search the raw query when the output holds nothing
 }
 PROMPTS = ("search-r1", "search-r1/chat", "search-r1/final")
 
@@ -103,6 +126,36 @@ def parse_action(
     return match.group(1), match.group(2).strip(), kept
 
 
+def search_r1_question(query: str) -> str:
+    """The question as Search-R1's data script writes it (nq_search.py L61-63): stripped, and
+    ended with "?" when it does not end with one."""
+    question = query.strip()
+    return question if question.endswith("?") else question + "?"
+
+
+def fit_context(
+    messages: list[dict[str, str]], limit: int, counter: Counter
+) -> tuple[list[dict[str, str]], dict[str, Any] | None]:
+    """``messages`` kept to their last ``limit`` tokens, as Search-R1 keeps its rolling input
+    (generation.py L107-115): whole messages from the front are emptied, then the start of the
+    next one cut, by the tokens of their contents; and what was done (None: nothing)."""
+    total = counter.count(messages)
+    if total <= limit:
+        return messages, None
+    excess = total - limit
+    fitted = []
+    for message in messages:
+        content = message["content"]
+        if excess > 0 and content:
+            tokens = counter.text_tokens(content)
+            kept = max(tokens - excess, 0)
+            excess -= tokens - kept
+            content = counter.keep_last(content, kept)
+        fitted.append({**message, "content": content})
+    cut = {"limit": limit, "tokens": total, "cut": total - limit, "counted_by": counter.described}
+    return fitted, cut
+
+
 def format_passages(texts: list[str]) -> str:
     """Search-R1's ``_passages2string``: the first line of each text is its title."""
     out = ""
@@ -123,6 +176,11 @@ def build_graph(ctx: AgentContext) -> Any:
     prompt = ctx.prompts.get("search-r1")
     chat_prompt = ctx.prompts.get("search-r1", "chat")
     final_nudge = ctx.prompts.get("search-r1", "final") if options["final_nudge"] else None
+    window = options["context_tokens"]
+    counter = model_counter(ctx.llm) if window and ctx.llm is not None else None
+
+    def question(state: SearchState) -> str:
+        return search_r1_question(state["query"]) if options["question_mark"] else state["query"]
 
     async def reason(state: SearchState) -> dict:
         turns = state.get("turns", 0) + 1
@@ -130,8 +188,13 @@ def build_graph(ctx: AgentContext) -> Any:
         segments = list(state.get("segments", []))
         if last and final_nudge is not None:
             segments.append(env_segment(final_nudge.render(), wrap=False))
-        messages = build_messages(prompt.render(query=state["query"]), segments, mode, chat_prompt)
+        messages = build_messages(prompt.render(query=question(state)), segments, mode, chat_prompt)
+        cut = None
+        if counter is not None:
+            messages, cut = fit_context(messages, window, counter)
         completion, step = await llm_call(ctx, "reason", messages, stop=[END_SEARCH, END_ANSWER])
+        if cut is not None:
+            step["context_cut"] = cut
         action, content, kept = parse_action(
             completion.text, completion.finish_reason, completion.stop_reason
         )
@@ -160,7 +223,11 @@ def build_graph(ctx: AgentContext) -> Any:
 
     async def search(state: SearchState) -> dict:
         ranking, step = search_step(
-            ctx.retriever, "search", SearchRequest(query=state["call"]), options["top_k"]
+            ctx.retriever,
+            "search",
+            SearchRequest(query=state["call"]),
+            options["top_k"],
+            state["query_id"],
         )
         docs = format_passages([ctx.corpus[d] for d in ranking])
         observation = f"\n\n<information>{docs.strip()}</information>\n\n"

@@ -289,8 +289,7 @@ def build_graph(ctx: AgentContext) -> Any:
         arguments: Mapping[str, Any], step: dict[str, Any], query_id: str
     ) -> tuple[str, list[str]]:
         query, k = _string(arguments, "query"), _k(arguments, options)
-        request = SearchRequest(query, query_id=query_id)
-        ranking, found = search_step(ctx.retriever, "tool", request, k)
+        ranking, found = search_step(ctx.retriever, "tool", SearchRequest(query), k, query_id)
         step |= {key: found[key] for key in ("retriever", "request", "doc_ids", "scores")}
         return search_result(ranking, ctx.corpus, options["snippet_words"]), list(ranking)
 
@@ -319,8 +318,9 @@ def build_graph(ctx: AgentContext) -> Any:
             ranking, step = search_step(
                 ctx.retriever,
                 "final",
-                SearchRequest(state["query"], query_id=state["query_id"]),
+                SearchRequest(state["query"]),
                 ctx.depth,
+                state["query_id"],
             )
             lists.append(list(ranking))
             if not options["fuse_query"]:

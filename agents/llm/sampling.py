@@ -18,6 +18,11 @@ provider's model).
 An explicit setting (``--temperature``, ``--top-p``, ``--top-k-sampling``, ``--seed``,
 ``--repetition-penalty``, ``--max-tokens``) wins over the preset for every call. A parameter the
 family does not take is not sent, and `Sampling.not_sent` says why; the run records both.
+
+What an original does beyond sampling is an agent option (recorded with the run's options, and
+given by ``--option`` like any other): `OPTION_RULES` lists the values a preset gives them, per
+method and model, each with its source, and `preset_options` reads it. As with sampling, an
+option given explicitly wins over the preset's value.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ SETTINGS = {
 OPEN_ONLY = ("top_k", "repetition_penalty")  # vLLM's, SGLang's and llama.cpp's, not OpenAI's
 OPEN_SERVERS = ("vllm", "sglang", "llamacpp")
 REASONING_BUDGET = 25_000  # OpenAI, "Reasoning models": reserve at least 25,000 tokens
-OPEN_REASONING_BUDGET = 10_240  # R2MED src/generate_hypothetical_doc.py L222
+OPEN_REASONING_BUDGET = 10_240  # R2MED src/generate_hypothetical_doc.py L247
 
 GENERATE = ("hyde", "query2doc", "lamer")
 R2MED_GEN = "R2MED/R2MED src/generate_hypothetical_doc.py"
 SEARCH_O1 = "sunnynexus/Search-o1 scripts/run_search_o1.py"
+SEARCH_R1 = "PeterGriffinJin/Search-R1"
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Rule:
 
 
 def _qwq(model: str, options: Mapping[str, Any]) -> bool:
-    return "qwq" in model.lower()  # run_search_o1.py L212, L388-394: 'qwq' in model_path
+    return "qwq" in model.lower()  # run_search_o1.py L212, L388: 'qwq' in model_path.lower()
 
 
 def _thinks(model: str, options: Mapping[str, Any]) -> bool:
@@ -85,7 +91,7 @@ def _reasons(model: str, options: Mapping[str, Any]) -> bool:
     return bool(options.get("reason"))
 
 
-_O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-145
+_O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-143
 RULES: tuple[Rule, ...] = (
     # --- paper: R2MED's generation-augmented baselines --------------------------------------
     Rule(
@@ -93,21 +99,22 @@ RULES: tuple[Rule, ...] = (
         GENERATE,
         "open",
         {"temperature": 0.7, "seed": 42, "max_tokens": 10240},
-        f"{R2MED_GEN} L204, L222: vLLM SamplingParams(temperature=0.7, seed=42, max_tokens=10240)",
+        f"{R2MED_GEN} L230, L247: vLLM SamplingParams(temperature=0.7, seed=42, max_tokens=10240)",
     ),
     Rule(
         "paper",
         GENERATE,
         "api",
         {"temperature": 0.8, "top_p": 0.8},
-        f"{R2MED_GEN} L13, L96-102: temperature=0.8, top_p=0.8, no max_tokens",
+        f"{R2MED_GEN} L14, L90-98: temperature=0.8, top_p=0.8, no max_tokens",
     ),
     Rule(
         "paper",
         GENERATE,
         "reasoning-api",
         {},
-        f"{R2MED_GEN} L96-102 (o3-mini goes through the API path, which sets no max_tokens; "
+        f"{R2MED_GEN} L259-261, L90-98 (o3-mini goes through the API path, which sets no "
+        "max_tokens; "
         "its temperature and top_p are refused by the model)",
     ),
     # --- paper: BRIGHT's reasoning rewrite ------------------------------------------------
@@ -123,7 +130,9 @@ RULES: tuple[Rule, ...] = (
         ("reason",),
         "open",
         {"temperature": 0.8, "top_p": 0.8, "max_tokens": 2048},
-        "xlang-ai/BRIGHT reason.py L75-98 (its HFModel, L108-125, samples alike)",
+        "xlang-ai/BRIGHT reason.py L75-98 (its HFModel, L107-128, is built without the "
+        "temperature and top_p it needs, L153, and caps prompt and output at 1024 tokens, L122: "
+        "the OpenAI path's values)",
     ),
     Rule(
         "paper",
@@ -138,7 +147,7 @@ RULES: tuple[Rule, ...] = (
         ("search-o1",),
         "open",
         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
-        f"{SEARCH_O1} L124-155, L210-212, L388-394 (QwQ: repetition_penalty 1.05, 20480 tokens)",
+        f"{SEARCH_O1} L124-150, L210-212, L387-394 (QwQ: repetition_penalty 1.05, 20480 tokens)",
         nodes=("reason",),
         when=_qwq,
     ),
@@ -147,7 +156,7 @@ RULES: tuple[Rule, ...] = (
         ("search-o1",),
         "open",
         {**_O1_OPEN, "repetition_penalty": 1.0, "max_tokens": 8192},
-        f"{SEARCH_O1} L124-155, L210-212, L388-394 (other models: repetition_penalty 1.0, "
+        f"{SEARCH_O1} L124-150, L210-212, L387-394 (other models: repetition_penalty 1.0, "
         "8192 tokens)",
         nodes=("reason",),
     ),
@@ -156,7 +165,7 @@ RULES: tuple[Rule, ...] = (
         ("search-o1",),
         "open",
         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 20480},
-        f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+        f"{SEARCH_O1} L304-313, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
         nodes=("documents",),
         when=_qwq,
     ),
@@ -165,7 +174,7 @@ RULES: tuple[Rule, ...] = (
         ("search-o1",),
         "open",
         {**_O1_OPEN, "repetition_penalty": 1.05, "max_tokens": 8192},
-        f"{SEARCH_O1} L300-312, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
+        f"{SEARCH_O1} L304-313, L662 (Reason-in-Documents: fixed sampling, the run's budget)",
         nodes=("documents",),
     ),
     Rule(
@@ -173,14 +182,14 @@ RULES: tuple[Rule, ...] = (
         ("search-o1",),
         "api",
         {"temperature": 0.7, "top_p": 0.8, "max_tokens": 8192},
-        f"{SEARCH_O1} L124-155, L388-394 (top_k and repetition_penalty are vLLM's only)",
+        f"{SEARCH_O1} L124-136, L387-394 (top_k and repetition_penalty are vLLM's only)",
     ),
     Rule(
         "paper",
         ("search-o1",),
         "reasoning-api",
         {"max_completion_tokens": 20480},
-        f"{SEARCH_O1} L388-394: the budget it gives its reasoning model",
+        f"{SEARCH_O1} L388-392: the budget it gives its reasoning model",
     ),
     # --- paper: Search-R1 -------------------------------------------------------------------
     Rule(
@@ -188,16 +197,16 @@ RULES: tuple[Rule, ...] = (
         ("search-r1",),
         "open",
         {"temperature": 0.0, "max_tokens": 500},
-        "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37 (max_response_length "
-        "500 a turn), verl/trainer/ppo/ray_trainer.py L478 + verl/workers/rollout/"
-        "vllm_rollout/vllm_rollout.py L163-170 (validation is greedy)",
+        f"{SEARCH_R1} scripts/nq_hotpotqa/evaluate.sh L21 (max_response_length 500 a turn), "
+        "verl/trainer/ppo/ray_trainer.py L508 + verl/workers/rollout/vllm_rollout/"
+        "vllm_rollout.py L162-171 (validation is greedy)",
     ),
     Rule(
         "paper",
         ("search-r1",),
         "api",
         {"temperature": 0.0, "max_tokens": 500},
-        "PeterGriffinJin/Search-R1 scripts/nq_hotpotqa/evaluate.sh L37, greedy validation",
+        f"{SEARCH_R1} scripts/nq_hotpotqa/evaluate.sh L21, greedy validation",
     ),
     Rule(
         "paper",
@@ -223,7 +232,7 @@ RULES: tuple[Rule, ...] = (
             ("llm-pointwise",),
             family,
             {"temperature": 0.0, "max_tokens": 8192},
-            "orionw/rank1 rank1.py L35, L86-91: temperature=0, max_output_tokens=8192",
+            "orionw/rank1 rank1.py L35, L86-92: temperature=0, max_output_tokens=8192",
             when=_reasons,
         )
         for family in ("api", "open")
@@ -371,3 +380,74 @@ def describe(sampling: Sampling) -> str:
     if sampling.not_sent:
         line += "; not sent: " + "; ".join(f"{k} ({why})" for k, why in sampling.not_sent.items())
     return line
+
+
+# --- what a preset sets beyond sampling: agent options ----------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionRule:
+    """Agent options ``preset`` ("*": every preset) gives ``methods``, where ``when`` holds on
+    the model's name."""
+
+    preset: str
+    methods: tuple[str, ...]
+    values: Mapping[str, Any]
+    source: str
+    when: Callable[[str], bool] | None = None
+
+
+def _qwq_model(model: str) -> bool:
+    return _qwq(model, {})
+
+
+# Search-R1's rollout and data (PeterGriffinJin/Search-R1 at a14dc3a).
+_R1_CONTEXT = (
+    f"{SEARCH_R1} search_r1/llm_agent/generation.py L107-115: the rolling context is cut to its "
+    "last max_prompt_length tokens, scripts/nq_hotpotqa/evaluate.sh L20: 4096"
+)
+_R1_QUESTION = f"{SEARCH_R1} scripts/data_process/nq_search.py L61-63 (and infer.py L13-15)"
+# R2MED (R2MED/R2MED at 62b7074) searches every generated text as it is, empty or not.
+_R2MED_NO_FALLBACK = (
+    "R2MED src/eval_BM25.py L124-133 (no fallback to the query), L74-83 (an empty query scores "
+    "every document 0; the stable sort keeps the first 100 in corpus order)"
+)
+
+OPTION_RULES: tuple[OptionRule, ...] = (
+    # the original's own choice, so under every preset
+    OptionRule(
+        "*",
+        ("search-o1",),
+        {"qwq_prompt": True},
+        f"{SEARCH_O1} L337-338, scripts/prompts.py L358-363: QwQ gets its own task prompt",
+        when=_qwq_model,
+    ),
+    OptionRule("paper", ("search-r1",), {"context_tokens": 4096}, _R1_CONTEXT),
+    OptionRule("paper", ("search-r1",), {"question_mark": True}, _R1_QUESTION),
+    OptionRule("paper", ("search-o1", "search-r1"), {"query_fallback": False}, _R2MED_NO_FALLBACK),
+)
+
+
+@dataclass(frozen=True)
+class PresetOptions:
+    """The agent options a preset gives one method and model, and where each comes from."""
+
+    values: dict[str, Any]
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+def preset_options(preset: str, method: str, model: str | None) -> PresetOptions:
+    """The options ``preset`` sets for ``method`` run with ``model`` (None: no model); the
+    options given to the run win over them, key by key."""
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for rule in OPTION_RULES:
+        if rule.preset not in ("*", preset) or method not in rule.methods:
+            continue
+        if rule.when is not None and (model is None or not rule.when(model)):
+            continue
+        values.update(rule.values)
+        sources.update(dict.fromkeys(rule.values, rule.source))
+    return PresetOptions(values, sources)

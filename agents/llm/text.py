@@ -1,7 +1,7 @@
 """Reading a model's text: where a reasoning model's thinking ends and its response begins.
 
 R2MED reads the outputs of the reasoning models it lists with one function per family
-(R2MED/R2MED ``src/base.py`` L4-37, ``r1_model_list`` and ``split_response_for_r1``), and
+(R2MED/R2MED ``src/base.py`` L5-36, ``r1_model_list`` and ``split_response_for_r1``), and
 evaluates only the response. `read_response` is that function; `reasoning_parser` names the
 family of a model, by R2MED's own short names (what ``--generations r2med:<llm>`` replays) or by
 the names the same models are served under (hub ids, litellm model strings):
@@ -26,7 +26,7 @@ THINK_END = "</think>"
 PARSERS = ("none", "think", "huatuo-o1", "sky-t1", "search-r1")
 REASONING_SETTINGS = ("auto", *PARSERS)  # auto: from the model's name
 
-# R2MED src/base.py L4-5 (r1_model_list) with the branch of split_response_for_r1 (L7-35) that
+# R2MED src/base.py L5-6 (r1_model_list) with the branch of split_response_for_r1 (L7-36) that
 # reads each one.
 R2MED_REASONING_MODELS: dict[str, str] = {
     **dict.fromkeys(
@@ -51,9 +51,9 @@ _SERVED_NAMES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"search-?r1", re.IGNORECASE), "search-r1"),
 )
 
-_HUATUO_RESPONSE = re.compile(r"Final Response\s*(.*)", re.DOTALL)  # base.py L17
-_SKY_SOLUTION = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")  # L24
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # base.py L30
+_HUATUO_RESPONSE = re.compile(r"Final Response\s*(.*)", re.DOTALL)  # base.py L16
+_SKY_SOLUTION = re.compile(r"<\|begin_of_solution\|>\s*([\s\S]*?)\s*<\|end_of_solution\|>")  # L23
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)  # base.py L29
 
 
 def reasoning_parser(model: str) -> str:

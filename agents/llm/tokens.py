@@ -45,6 +45,21 @@ class Counter:
         """``text`` cut to its first ``limit`` tokens, and how they were counted."""
         raise NotImplementedError
 
+    def text_tokens(self, text: str) -> int:
+        """The tokens of ``text`` alone (no chat template around it)."""
+        return len(self._encode(text))
+
+    def keep_last(self, text: str, limit: int) -> str:
+        """``text`` cut to its last ``limit`` tokens (a left truncation)."""
+        ids = self._encode(text)
+        return text if len(ids) <= limit else self._decode(ids[len(ids) - limit :])
+
+    def _encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def _decode(self, ids: list[int]) -> str:
+        raise NotImplementedError
+
     def _count(self, messages: Messages) -> int:
         raise NotImplementedError
 
@@ -102,10 +117,16 @@ class LiteLLMCounter(Counter):
         return total
 
     def truncate(self, text: str, limit: int) -> tuple[str, str]:
-        ids = self._offline(self._litellm.encode, text=text)
+        ids = self._encode(text)
         if len(ids) > limit:
-            text = self._offline(self._litellm.decode, tokens=ids[:limit])
+            text = self._decode(ids[:limit])
         return text, "litellm's tokenizer for the model (approximate unless it is the model's)"
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._offline(self._litellm.encode, text=text))
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self._offline(self._litellm.decode, tokens=ids))
 
 
 class LocalCounter(Counter):
@@ -153,6 +174,12 @@ class LocalCounter(Counter):
         how = f"local/{self.short}'s own tokenizer"
         return (text if len(ids) <= limit else self._tok.detokenize(ids[:limit])), how
 
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tok.tokenize(text))
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tok.detokenize(ids)
+
 
 def counter(model: str, cache_dir: Path) -> Counter:
     """The most exact counter available for ``model`` without writing a file."""
@@ -174,6 +201,26 @@ def counter(model: str, cache_dir: Path) -> Counter:
     fallback.default_system = info.default_system if info else None
     fallback.described += f"; not the model's own: {why}"
     return fallback
+
+
+def model_counter(llm: Any) -> Counter:
+    """The counter of the model an `agents.llm.LLM` client calls, for fitting a prompt to a
+    token budget: a dry run's own, else `counter`'s (one per model and cache folder)."""
+    if llm.dry is not None:
+        return llm.dry.counter(llm.model)
+    key = (llm.model, str(llm.cache_dir))
+    if key not in _COUNTERS:
+        _COUNTERS[key] = counter(llm.model, llm.cache_dir or _default_cache())
+    return _COUNTERS[key]
+
+
+_COUNTERS: dict[tuple[str, str], Counter] = {}
+
+
+def _default_cache() -> Path:
+    from eval.datasets import default_cache_dir
+
+    return default_cache_dir()
 
 
 def api_context(model: str) -> int | None:
