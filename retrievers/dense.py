@@ -113,6 +113,8 @@ class DenseIndex:
     ignore_identical_ids: bool = True
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.doc_embeddings.shape[-1]), dtype=np.float32)
         return self.encode(list(texts), self.instructions.query, "query")
 
     def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
