@@ -635,7 +635,8 @@ ROWS = [
 
 @pytest.mark.parametrize("settings, row", ROWS)
 def test_paper_row_of_a_configuration(settings, row):
-    config = to_dict(from_settings(settings))
+    # NV-Embed-v2 runs its repository's code: a config naming it must allow that
+    config = to_dict(from_settings({"trust_remote_code": True, **settings}))
     assert paper_row(config) == row
 
 
@@ -672,7 +673,7 @@ def test_paper_figures_keep_the_run_s_r2med_tasks():
     assert paper_figures(config, ["biology", "demo", "PMC-Clinical"]) == {
         "biology": 0.19188, "PMC-Clinical": 0.21662  # results/base retriever/bm25/<Task>.json
     }  # fmt: skip
-    nv = to_dict(from_settings({"agent": "none", "retriever": NV}))
+    nv = to_dict(from_settings({"agent": "none", "retriever": NV, "trust_remote_code": True}))
     assert paper_figures(nv, ["Biology"]) == {"Biology": 0.27152}  # .../base retriever/nv/
     lucene = to_dict(from_settings({"agent": "none", "bm25_method": "lucene"}))
     assert paper_figures(lucene, ["Biology"]) is None
@@ -1013,7 +1014,9 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
     source = tmp_path / "nv"
     source.mkdir()
     biology = str(runs["root"] / "data" / "Biology")
-    nv = from_settings({"agent": "none", "retriever": NV, "dataset": biology})
+    nv = from_settings(
+        {"agent": "none", "retriever": NV, "dataset": biology, "trust_remote_code": True}
+    )
     (source / "config.json").write_text(json.dumps(to_dict(nv)))
     summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
 

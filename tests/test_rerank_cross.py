@@ -639,6 +639,7 @@ def test_a_depth_10_cross_stage_over_nv_embed_is_r2meds_reranker_row(name):
              "rankllama": "castorini/rankllama-v1-7b-lora-passage"}[name]  # fmt: skip
     config = cfg.to_dict(cfg.from_settings({
         "agent": "none", "dataset": "r2med", "retriever": "dense:nvidia/NV-Embed-v2",
+        "trust_remote_code": True,
         "rerank": [f"cross:{model},depth=10"],
     }))  # fmt: skip
     assert paper.paper_row(config) == f"reranker/{name}/nv/top_10"
