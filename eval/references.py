@@ -448,15 +448,21 @@ def build_table(results_dir: Path | str, commit: str) -> dict[str, Any]:
     }
 
 
+def _dump(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _opening(table: Mapping[str, Any]) -> list[str]:
+    """A data file's first lines, up to its rows: its source and its tasks."""
+    return ["{", f'  "source": {_dump(table["source"])},', f'  "tasks": {_dump(table["tasks"])},',
+            '  "rows": {']  # fmt: skip
+
+
 def table_text(table: Mapping[str, Any]) -> str:
     """The data file's text: indented down to a task, whose metrics take one line each, so
     the file is small and a diff shows which row and task changed."""
-
-    def dump(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
-
-    lines = ["{", f'  "source": {dump(table["source"])},', f'  "tasks": {dump(table["tasks"])},']
-    lines.append('  "rows": {')
+    dump = _dump
+    lines = _opening(table)
     rows = list(table["rows"].items())
     for i, (row, entry) in enumerate(rows):
         lines.append(f"    {dump(row)}: {{")
@@ -619,12 +625,8 @@ def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
 
 def leaderboard_text(table: Mapping[str, Any]) -> str:
     """The leaderboard's data file: one row a line, in the page's order, so a diff shows it."""
-
-    def dump(value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
-
-    lines = ["{", f'  "source": {dump(table["source"])},', f'  "tasks": {dump(table["tasks"])},']
-    lines.append('  "rows": {')
+    dump = _dump
+    lines = _opening(table)
     rows = list(table["rows"].items())
     for i, (row, entry) in enumerate(rows):
         lines.append(f"    {dump(row)}: {dump(entry)}" + ("," if i < len(rows) - 1 else ""))

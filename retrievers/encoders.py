@@ -65,6 +65,21 @@ def torch_dtype(dtype: str) -> Any:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, "auto")
 
 
+@dataclass(frozen=True)
+class Load:
+    """What a family's encoder is built from."""
+
+    path: str  # the weights' folder or hub name
+    family: Family
+    dtype: str  # resolved: fp32, bf16, fp16 or auto (the checkpoint's)
+    device: str  # resolved: cpu, cuda[:N], mps
+    max_length: int | None  # the user's limit; None: the family's
+    batch_size: int
+
+    def length(self, role: str) -> int | None:
+        return self.max_length or self.family.length_for(role)
+
+
 # --- tokenization as transformers 4.x did it ------------------------------------------------
 
 
@@ -182,32 +197,25 @@ def _auto_model(load_path: str, dtype: str, device: str) -> tuple[Any, Any]:
     return tokenizer, model
 
 
-def hf_encoder(
-    load_path: str,
-    family: Family,
-    dtype: str,
-    device: str,
-    max_length: int | None,
-    batch_size: int,
-) -> Encoder:
+def hf_encoder(load: Load) -> Encoder:
     """FlagDRESModel / HighScaleModel in Base mode (R2MED src/utils.py L113-133, L470-490)."""
-    tokenizer, model = _auto_model(load_path, dtype, device)
-    specials = special_tokens_to_add(tokenizer, load_path)
-    pooling = family.pooling or "cls"
-    length = max_length or family.length_for("doc")
+    tokenizer, model = _auto_model(load.path, load.dtype, load.device)
+    specials = special_tokens_to_add(tokenizer, load.path)
+    pooling = load.family.pooling or "cls"
+    length = load.length("doc")
 
     def encode_batch(batch: list[str]) -> np.ndarray:
         if specials.count:
-            inputs = _padded(tokenizer, token_ids(tokenizer, batch, length, specials), device)
+            inputs = _padded(tokenizer, token_ids(tokenizer, batch, length, specials), load.device)
         else:
             inputs = tokenizer(
                 batch, padding=True, truncation=True, max_length=length, return_tensors="pt"
-            ).to(device)
+            ).to(load.device)
         hidden = model(**inputs, return_dict=True).last_hidden_state
-        return _rows(pool(hidden, inputs["attention_mask"], pooling), family.normalize)
+        return _rows(pool(hidden, inputs["attention_mask"], pooling), load.family.normalize)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
-        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+        return _batched([instruction + t for t in texts], load.batch_size, encode_batch)
 
     return encode
 
@@ -221,45 +229,31 @@ def _bmr_model(load_path: str, dtype: str, device: str) -> tuple[Any, Any]:
     return tokenizer, model
 
 
-def bmr_encoder(
-    load_path: str,
-    family: Family,
-    dtype: str,
-    device: str,
-    max_length: int | None,
-    batch_size: int,
-) -> Encoder:
+def bmr_encoder(load: Load) -> Encoder:
     """BMRetriever as R2MED's BMR mode encodes (src/utils.py L134-156, L175-183)."""
-    tokenizer, model = _bmr_model(load_path, dtype, device)
-    specials = special_tokens_to_add(tokenizer, load_path)
-    length = max_length or family.length_for("doc")
+    tokenizer, model = _bmr_model(load.path, load.dtype, load.device)
+    specials = special_tokens_to_add(tokenizer, load.path)
+    length = load.length("doc")
 
     def encode_batch(batch: list[str]) -> np.ndarray:
         # One short of the limit, then the EOS R2MED appends (after any special token the
         # tokenizer's configuration asks for, as transformers 4.x gave R2MED both).
         rows = token_ids(tokenizer, batch, length - 1, specials)
-        inputs = _padded(tokenizer, [row + [tokenizer.eos_token_id] for row in rows], device)
+        inputs = _padded(tokenizer, [row + [tokenizer.eos_token_id] for row in rows], load.device)
         hidden = model(**inputs).last_hidden_state
-        return _rows(pool(hidden, inputs["attention_mask"], "last-bmr"), family.normalize)
+        return _rows(pool(hidden, inputs["attention_mask"], "last-bmr"), load.family.normalize)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
-        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+        return _batched([instruction + t for t in texts], load.batch_size, encode_batch)
 
     return encode
 
 
-def medcpt_encoder(
-    load_path: str,
-    family: Family,
-    dtype: str,
-    device: str,
-    max_length: int | None,
-    batch_size: int,
-) -> Encoder:
+def medcpt_encoder(load: Load) -> Encoder:
     """BiEncoderModel given one model for both roles (R2MED src/utils.py L346-384,
     src/eval_retrieval.py L159-163)."""
-    tokenizer, model = _auto_model(load_path, dtype, device)
-    length = max_length or family.length_for("doc")
+    tokenizer, model = _auto_model(load.path, load.dtype, load.device)
+    length = load.length("doc")
     segments = getattr(model.config, "type_vocab_size", 0) > 1 or None
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
@@ -280,10 +274,10 @@ def medcpt_encoder(
                 inputs = tokenizer(
                     batch, padding=True, truncation=True, return_tensors="pt", max_length=length
                 )
-            hidden = model(**inputs.to(device)).last_hidden_state
-            return _rows(hidden[:, 0, :], family.normalize)
+            hidden = model(**inputs.to(load.device)).last_hidden_state
+            return _rows(hidden[:, 0, :], load.family.normalize)
 
-        return _batched([instruction + t for t in texts], batch_size, encode_batch)
+        return _batched([instruction + t for t in texts], load.batch_size, encode_batch)
 
     return encode
 
@@ -299,14 +293,7 @@ def _instructor_model(load_path: str, dtype: str, device: str) -> Any:
     return model.eval()
 
 
-def instructor_encoder(
-    load_path: str,
-    family: Family,
-    dtype: str,
-    device: str,
-    max_length: int | None,
-    batch_size: int,
-) -> Encoder:
+def instructor_encoder(load: Load) -> Encoder:
     """InstructorModel (R2MED src/utils.py L185-268): the instruction is the prompt, left out
     of the pooled tokens.
 
@@ -318,9 +305,9 @@ def instructor_encoder(
     """
     import torch
 
-    model = _instructor_model(load_path, dtype, device)
-    if max_length is not None:  # R2MED keeps the model's own (L199-200)
-        model.max_seq_length = max_length
+    model = _instructor_model(load.path, load.dtype, load.device)
+    if load.max_length is not None:  # R2MED keeps the model's own (L199-200)
+        model.max_seq_length = load.max_length
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         if not texts:
@@ -339,7 +326,7 @@ def instructor_encoder(
                 features["prompt_length"] = prompt_length
             return _rows(model(features)["sentence_embedding"], True)
 
-        return _batched(list(texts), batch_size, encode_batch)
+        return _batched(list(texts), load.batch_size, encode_batch)
 
     return encode
 
@@ -357,22 +344,20 @@ def _grit_model(load_path: str, dtype: str, device: str) -> Any:
     return GritLM(load_path, mode="embedding", torch_dtype=torch_dtype(dtype), device=device)
 
 
-def grit_encoder(
-    load_path: str, family: Family, dtype: str, device: str, max_length: int | None, batch_size: int
-) -> Encoder:
+def grit_encoder(load: Load) -> Encoder:
     """GritModel (R2MED src/utils.py L542-609)."""
-    model = _grit_model(load_path, dtype, device)
+    model = _grit_model(load.path, load.dtype, load.device)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
-        length = max_length or family.length_for(role)
+        length = load.length(role)
 
         def encode_batch(batch: list[str]) -> np.ndarray:
             out = model.encode(
-                batch, instruction=instruction, batch_size=batch_size, max_length=length
+                batch, instruction=instruction, batch_size=load.batch_size, max_length=length
             )
             return np.asarray(out, dtype=np.float32).reshape(len(batch), -1)
 
-        return _batched(list(texts), batch_size, encode_batch)
+        return _batched(list(texts), load.batch_size, encode_batch)
 
     return encode
 
@@ -385,24 +370,17 @@ def _nv_model(load_path: str, dtype: str, device: str) -> Any:
     return model.to(device).eval()
 
 
-def nv_encoder(
-    load_path: str,
-    family: Family,
-    dtype: str,
-    device: str,
-    max_length: int | None,
-    batch_size: int,
-) -> Encoder:
+def nv_encoder(load: Load) -> Encoder:
     """NVEmbedModel (R2MED src/utils.py L611-679): the model's own encode, normalised."""
-    model = _nv_model(load_path, dtype, device)
-    length = max_length or family.length_for("doc")
+    model = _nv_model(load.path, load.dtype, load.device)
+    length = load.length("doc")
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         def encode_batch(batch: list[str]) -> np.ndarray:
             out = model.encode(batch, instruction=instruction, max_length=length)
-            return _rows(out, family.normalize)
+            return _rows(out, load.family.normalize)
 
-        return _batched(list(texts), batch_size, encode_batch)
+        return _batched(list(texts), load.batch_size, encode_batch)
 
     return encode
 
@@ -432,4 +410,4 @@ def family_encoder(
             f"dense: {family.name} models run code from their own repository "
             f"({load_path}); allow it with {REMOTE_CODE_OPTION}"
         )
-    return LOADERS[family.loader](load_path, family, dtype, device, max_length, batch_size)
+    return LOADERS[family.loader](Load(load_path, family, dtype, device, max_length, batch_size))
