@@ -19,8 +19,9 @@ from typing import Any
 
 RETRIEVER_FLAGS = (
     "dataset", "retriever", "bm25_method", "k1", "b", "device", "dtype", "batch_size",
-    "max_length", "instructions", "embed_api_base", "embed_batch_size", "embed_option",
-    "fusion", "fusion_k", "timeout", "cache_dir",
+    "max_length", "instructions", "dense_family", "trust_remote_code", "ignore_identical_ids",
+    "embed_api_base", "embed_batch_size", "embed_option", "fusion", "fusion_k", "timeout",
+    "cache_dir",
 )  # fmt: skip
 
 
