@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from agents.generations import parse_source
 from agents.registry import AGENTS, STAGES
-from agents.secrets import public_url
+from eval.credentials import mask_urls
 from eval.files import safe_name
 from retrievers.config import RetrieverConfig
 
@@ -165,15 +165,17 @@ def _name_parts(config: NamedRun) -> list[str]:
     if config.llm is not None:
         parts.append(_short_model(config.llm.model))
     if config.generations:
-        parts.append(parse_source(config.generations, config.agent).label)
+        parts.append(mask_urls(parse_source(config.generations, config.agent).label))
     return parts
 
 
 def _retriever_name(retriever: RetrieverConfig) -> str:
-    """The spec, and BM25 by its method: that is what tells BM25 runs apart."""
+    """The spec, and BM25 by its method: that is what tells BM25 runs apart. A remote:<url>
+    holding a credential is refused by the config; masked here all the same, as a name is
+    printed and shared."""
     if retriever.spec == "bm25" and retriever.bm25.method:
         return retriever.bm25.method
-    return retriever.spec
+    return mask_urls(retriever.spec)
 
 
 def _short_model(model: Any) -> str:
@@ -183,6 +185,6 @@ def _short_model(model: Any) -> str:
 def _shown(key: str, value: Any) -> Any:
     if key == "model":
         return _short_model(value)
-    if key == "api_base" and value:
-        return public_url(value)  # its password and keys masked
+    if isinstance(value, str):
+        return mask_urls(value)  # a server's URL (api_base, ...) with its credentials masked
     return value

@@ -20,34 +20,15 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-MASK = "***"
+from eval.credentials import MASK, is_credential_name, mask_urls, public_url
+
+__all__ = ["MASK", "NO_KEY_PLACEHOLDER", "is_credential_name", "public_url", "redact"]
 # Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
 # request option only, like a real key: never in the cache key, params, repr or a record.
 NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
 _MIN_SECRET = 8  # shorter values ("1", "true") would mask ordinary words
 
-# A name word that is a credential's wherever it stands (OPENAI_API_KEY, DB_PASS, GITHUB_PAT)
-_CREDENTIAL_WORDS = frozenset(
-    "KEY KEYS APIKEY APIKEYS TOKEN SECRET SECRETS PASSWORD PASSWORDS PASSWD PASS PASSPHRASE "
-    "PWD PAT JWT CRED CREDS CREDENTIAL CREDENTIALS AUTH AUTHORIZATION BEARER COOKIE COOKIES "
-    "SIG SIGNATURE".split()
-)
-# Glued words (GITHUBTOKEN, PGPASSWORD): only endings that name a credential in practice. Not
-# PWD (OLDPWD), AUTH (OAUTH), PASS (SSH_ASKPASS, BYPASS) nor SESSION (GDMSESSION): as words
-# they still count (DB_PWD, BASIC_AUTH, DB_PASS); SESSION never does (XDG_SESSION_ID), while
-# AWS_SESSION_TOKEN and SESSION_SECRET count by their other word.
-_CREDENTIAL_ENDINGS = (
-    "KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDS", "CREDENTIALS",
-)  # fmt: skip
-# A last word saying the variable is about a credential, not one: where it is, how it is used
-_DESCRIPTOR_WORDS = frozenset(
-    "FILE FILES PATH DIR DIRECTORY FOLDER SOCK SOCKET PID INFO TYPE TIMEOUT TTL MANAGER "
-    "ADDRESS URL URI HOST PORT DOMAIN ENDPOINT MODE METHOD PROVIDER ENABLED DISABLED NAME USER "
-    "USERNAME LENGTH SIZE LIMIT COUNT EXPIRY EXPIRES ISSUER AUDIENCE ALGORITHM FORMAT VERSION "
-    "REGION CMD COMMAND PROGRAM HELPER".split()
-)
 # The shell's, the desktop's and the ssh/gpg agents' own variables: ids, paths and sockets
 _PUBLIC_NAMES = frozenset(
     "PWD OLDPWD HOME PATH SHELL USER LOGNAME LANG TERM MAIL DISPLAY WAYLAND_DISPLAY "
@@ -57,29 +38,15 @@ _PUBLIC_NAMES = frozenset(
     "LESSKEYIN".split()
 )
 _PUBLIC_PREFIXES = ("XDG_", "LC_")
-_NAME_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")  # OPENAI_API_KEY, apiKey
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
-# URL userinfo in free text: scheme://user:password@host
-_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^\s/:@]*):[^\s/@]+@")
-# key=value pairs in free text whose key is a credential's name (query strings, headers)
+# name: value and name=value pairs in free text (query strings, headers, JSON); a pair is
+# masked when `is_credential_name` says its name is a credential's
 _PAIR = re.compile(
-    r"(?P<key>(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|key|token|secret|password|"
-    r"passwd|pwd|auth|authorization|sig|signature))(?![A-Za-z0-9])"
-    r"(?P<sep>[\"']?\s*(?:=|:)\s*[\"']?)(?P<value>[^\s&\"',;]+)",
-    re.IGNORECASE,
+    r"(?P<key>(?<![A-Za-z0-9])[A-Za-z0-9][A-Za-z0-9_-]*)(?![A-Za-z0-9])"
+    r"(?P<sep>[\"']?\s*(?:=|:)\s*[\"']?)(?P<value>[^\s&\"',;]+)"
 )
 _BEARER = re.compile(r"(?P<scheme>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
-
-
-def is_credential_name(name: str) -> bool:
-    """Whether a variable or URL parameter called ``name`` holds a credential, by its words."""
-    words = [w.upper() for w in _NAME_WORD.split(name) if w]
-    while words and words[-1].isdigit():  # API_KEY_2, SSH_AUTH_INFO_0: the word before counts
-        words.pop()
-    if not words or words[-1] in _DESCRIPTOR_WORDS:
-        return False
-    return any(w in _CREDENTIAL_WORDS or w.endswith(_CREDENTIAL_ENDINGS) for w in words)
 
 
 def _is_public_variable(name: str) -> bool:
@@ -118,6 +85,8 @@ def secret_values() -> dict[str, str]:
 
 
 def _mask_pair(m: re.Match[str]) -> str:
+    if not is_credential_name(m["key"]):  # its value may hold a pair: `a=token=x`
+        return f"{m['key']}{m['sep']}{_PAIR.sub(_mask_pair, m['value'])}"
     if _is_existing_path(m["value"]):  # `pwd: /work/run` is a folder, not a password
         return m[0]
     return f"{m['key']}{m['sep']}{MASK}"
@@ -132,26 +101,6 @@ def redact(text: str, extra: tuple[str, ...] = ()) -> str:
     for value in sorted(extra, key=len, reverse=True):
         if value:
             text = text.replace(value, MASK)
-    text = _USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@", text)
+    text = mask_urls(text)  # the one URL rule: userinfo, credential parameters
     text = _BEARER.sub(lambda m: f"{m['scheme']} {MASK}", text)
     return _PAIR.sub(_mask_pair, text)
-
-
-def public_url(url: str | None) -> str | None:
-    """``url`` as it may be recorded: the password and credential-named parameters masked.
-
-    Several URLs joined by commas (replicas) are masked one by one.
-    """
-    if not url:
-        return url
-    if "," in url:
-        return ",".join(public_url(part) or "" for part in url.split(","))
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if parts.password is not None:
-        netloc = netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
-    query = urlencode(
-        [(k, MASK if is_credential_name(k) else v) for k, v in parse_qsl(parts.query, True)],
-        safe="*",
-    )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

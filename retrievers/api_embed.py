@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from eval.credentials import public_url
+
 from .config import API_BATCH_SIZE
 from .dense import DenseIndex, build_index
 from .encoders import Encoder
@@ -186,15 +188,11 @@ def _tokenizer(family: Family, model: str):
 
 
 def _host(url: str | None) -> str | None:
-    """scheme://host:port/path of ``url``: no userinfo, no query (which may hold a key)."""
+    """The first of ``url``'s replicas as an error may show it: credentials masked by the
+    one URL rule (`eval.credentials.public_url`)."""
     if not url:
         return None
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url.split(",")[0].strip())
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+    return public_url(url.split(",")[0].strip())
 
 
 # an option value written into the cache identity as it is: a number or a word without digits

@@ -12,8 +12,9 @@ forms a spec can take.
 
 This module is also where the settings' vocabulary lives (BM25 methods and their default
 parameters, dtypes, devices, instruction sets, fusion methods, the default sizes): the
-retriever modules import it from here. It imports nothing heavier than ``eval.argtypes``, so
-a CLI can list every choice and default without loading numpy, scipy, torch or litellm.
+retriever modules import it from here. It imports nothing heavier than ``eval.argtypes`` and
+``eval.credentials``, so a CLI can list every choice and default without loading numpy,
+scipy, torch or litellm.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from eval.argtypes import (
     positive_int,
     unit_float,
 )
+from eval.credentials import is_credential_name, mask_urls, url_secret
 
 # --- the vocabulary ---------------------------------------------------------------------------
 
@@ -98,8 +100,8 @@ RETRIEVERS: dict[str, str] = {
     "<a>+<b>[+...]": "fusion of the listed retrievers (fusion.method), e.g. bm25+dense",
 }
 
-# A param with such a name is a secret, and a config is written to disk (config.json).
-_CREDENTIAL = re.compile(r"key|token|secret|password|credential|auth", re.IGNORECASE)
+# Where a server's token goes instead of a remote:<url> (a URL is written and names the run)
+SERVE_TOKEN_VARIABLE = "R2MED_SERVE_TOKEN"
 # Set by the retriever itself, or by their own field.
 _RESERVED_PARAMS = {
     "model": "set by the spec (api:<model>)",
@@ -239,7 +241,7 @@ def _api_base(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or value != value.strip():
-        raise ValueError(f"expected a URL, got {value!r}")
+        raise ValueError(f"expected a URL, got {mask_urls(str(value))!r}")
     return value
 
 
@@ -269,7 +271,7 @@ def _credential_name(value: object, path: str = "") -> str | None:
         return None
     for name, inner in value.items():
         where = f"{path}{name}"
-        if _CREDENTIAL.search(str(name)):
+        if is_credential_name(str(name)):  # a config is written to disk (config.json)
             return where
         if found := _credential_name(inner, f"{where}."):
             return found
@@ -339,12 +341,26 @@ def parse_spec(spec: object) -> tuple[SpecPart, ...]:
     for text in (p.strip() for p in spec.split("+")):
         kind, _, arg = text.partition(":")
         known = RETRIEVER_KINDS.get(kind)
+        shown = mask_urls(text)  # an error names the spec with no credential in it
         if known is None or (known.arg == "none" and arg) or (known.arg == "required" and not arg):
-            raise ValueError(f"unknown retriever {text!r}; valid: {', '.join(RETRIEVERS)}")
-        if kind == "remote" and not arg.strip().startswith(("http://", "https://")):
-            raise ValueError(f"{text!r}: expected remote:http://HOST:PORT")
+            raise ValueError(f"unknown retriever {shown!r}; valid: {', '.join(RETRIEVERS)}")
+        if kind == "remote":
+            _check_remote_url(arg, shown)
         parts.append(SpecPart(kind, arg, text))
     return tuple(parts)
+
+
+def _check_remote_url(url: str, shown: str) -> None:
+    """Refuse a remote:<url> that is no http(s) URL or holds a credential: the spec is written
+    to config.json and cells.json and names the run's folder, so a token in it would be on
+    disk and in every printed path; the server's token is read from the environment instead."""
+    if not url.strip().startswith(("http://", "https://")):
+        raise ValueError(f"{shown!r}: expected remote:http://HOST:PORT")
+    if where := url_secret(url):
+        raise ValueError(
+            f"{shown!r}: the URL holds a credential ({where}), which would be written to "
+            f"config.json and the run's name; set {SERVE_TOKEN_VARIABLE} instead"
+        )
 
 
 def _check_remote_code(part: SpecPart, family: str) -> None:

@@ -15,6 +15,7 @@ from agents.llm import scripted
 from agents.naming import llm_free, prompt_version, run_folder_name, run_label, stage_labels
 from agents.run import main as run_main
 from eval.compare import compare_runs, load_run, reference_run
+from eval.files import safe_name
 from eval.runs import RUN_INFO_FILE, read_run_info
 
 O1 = {"agent": "search-o1", "model": "local/qwen2.5-coder-0.5b"}
@@ -58,6 +59,29 @@ def test_run_folder_name_tells_sweep_variants_and_rerank_stages_apart():
     assert stage_labels(other) == ["llm-listwise,model=gpt-4o"]
     served = from_settings({**O1, "rerank": ["llm-listwise:openai/m,api_base=http://u:pw@h/v1"]})
     assert stage_labels(served) == ["llm-listwise,model=m,api_base=http://u:***@h/v1"]
+
+
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://TOKEN0123456789@h/v1", "http://***@h/v1"),  # a lone userinfo is a token
+        ("http://h/v1?code=c0123456789&m=q", "http://h/v1?code=***&m=q"),
+        ("http://u:pw0123456789@a/v1?apikey=k0123456789", "http://u:***@a/v1?apikey=***"),
+    ],
+)
+def test_a_stage_server_names_the_run_by_its_masked_url(url, shown):
+    """Names are printed, shared and become paths: built from the URL `public_url` gives."""
+    config = from_settings({**O1, "rerank": [f"llm-listwise:openai/m,api_base={url}"]})
+    assert stage_labels(config) == [f"llm-listwise,model=m,api_base={shown}"]
+    label = safe_name(f"rerank=llm-listwise,model=m,api_base={shown}")
+    assert run_folder_name(config).endswith(label)
+    assert "0123456789" not in run_folder_name(config) + run_label(config)
+
+
+def test_a_remote_retriever_names_the_run_by_its_url():
+    """A remote:<url> with a credential never gets this far (the config refuses it)."""
+    config = from_settings({"agent": "none", "retriever": "remote:http://10.0.0.5:8000"})
+    assert run_folder_name(config) == safe_name("none-remote:http://10.0.0.5:8000-demo")
 
 
 def test_a_rerank_of_a_finished_run_is_named_after_it():

@@ -596,3 +596,214 @@ embed_option = {{ user = "{GATEWAY}" }}
     assert plain_in(printed.out + printed.err + again.out + again.err) == []
     assert [r.getMessage() for r in caplog.records if plain_in(r.getMessage())] == []
     assert plain_in_files(tmp_path, skip=(toy_dir, sweep)) == []
+
+
+# --- one URL rule for every URL the user gives (eval/credentials.py) ----------------------
+# A lone userinfo is a token; a query or fragment parameter is a credential by its name
+# (`is_credential_name`, plus `code`). Each form, then each place a run or a sweep puts it.
+
+LONE = "lone-userinfo-tok-0123456789"  # http://TOKEN@host: the whole userinfo is the secret
+CODE = "code-param-0123456789"
+APIKEY = "apikey-param-0123456789"
+SIG = "signature-param-0123456789"
+ACCESS = "access-token-param-0123456789"
+TOKEN_LLM_URL = (
+    f"http://{LONE}@127.0.0.1:9/v1?code={CODE},http://127.0.0.1:8/v1#access_token={ACCESS}"
+)
+TOKEN_LLM_MASKED = "http://***@127.0.0.1:9/v1?code=***,http://127.0.0.1:8/v1#access_token=***"
+TOKEN_STAGE_URL = f"http://stage-only-tok-13579@host/v1?apikey={APIKEY}&signature={SIG}&m=q"
+TOKEN_STAGE_MASKED = "http://***@host/v1?apikey=***&signature=***&m=q"
+TOKEN_STAGE = f"llm-listwise,model=scripted/other,api_base={TOKEN_STAGE_URL}"
+TOKEN_PLAIN = {LONE, CODE, APIKEY, SIG, ACCESS, "stage-only-tok-13579"}
+
+
+# fmt: off
+@pytest.mark.parametrize(
+    "url, masked",
+    [
+        ("http://bob:pw-0123456789@h/v1", "http://bob:***@h/v1"),  # password userinfo
+        (f"http://{LONE}@h:8000/v1", "http://***@h:8000/v1"),  # username-only userinfo
+        ("http://:pw-0123456789@h/v1", "http://:***@h/v1"),
+        *[
+            (f"https://h/v1?model=q&{name}=s3cr3t-value&n=1", f"https://h/v1?model=q&{name}=***&n=1")
+            for name in (
+                "key", "token", "secret", "password", "passwd", "code", "sig", "signature",
+                "auth", "access_token", "api_key", "apikey", "api-key", "apiKey",
+                "client_secret", "X-Amz-Signature", "X-Amz-Credential", "X-Amz-Security-Token",
+                "jwt", "refresh_token", "subscription-key",
+            )
+        ],
+        ("http://h/cb#access_token=abcdef0123&token_type=bearer",
+         "http://h/cb#access_token=***&token_type=bearer"),
+        (f"http://a:pw-0123456789@h1/v1,http://{LONE}@h2/v1?token=t-0123456789,http://h3/v1",
+         "http://a:***@h1/v1,http://***@h2/v1?token=***,http://h3/v1"),
+        # described, not held: left alone, byte for byte (no re-encoding)
+        ("http://h/v1?token_type=bearer&key_file=/k&max_tokens=9&session=3&q=a%20b+c",
+         "http://h/v1?token_type=bearer&key_file=/k&max_tokens=9&session=3&q=a%20b+c"),
+    ],
+)
+# fmt: on
+def test_public_url_masks_each_form(url, masked):
+    assert public_url(url) == masked
+    assert redact(f"POST {url}") == f"POST {masked}"
+
+
+def test_ordinary_codes_in_free_text_are_left_alone():
+    text = "status code: 404, exit code=1, keyword=aspirin, token_type: bearer"
+    assert redact(text) == text
+
+
+def test_one_credential_rule_serves_every_layer():
+    import agents.llm.client
+    import agents.secrets
+    import eval.credentials
+    import retrievers.config
+
+    rule = eval.credentials.is_credential_name
+    for module in (agents.secrets, agents.llm.client, retrievers.config):
+        assert module.is_credential_name is rule
+    assert agents.secrets.public_url is eval.credentials.public_url
+    for module in (agents.secrets, agents.llm.client, retrievers.config):  # no regex of its own
+        assert not [n for n in vars(module) if n.startswith(("_CREDENTIAL", "_USERINFO"))]
+
+
+# fmt: off
+@pytest.mark.parametrize(
+    "spec, secret, where",
+    [
+        (f"remote:http://{LONE}@127.0.0.1:8000", LONE, "userinfo"),
+        ("remote:http://ann:remote-pw-0123456789@127.0.0.1:8000", "remote-pw-0123456789",
+         "userinfo"),
+        ("remote:http://127.0.0.1:8000/?token=remote-tok-0123456789", "remote-tok-0123456789",
+         "parameter 'token'"),
+        ("bm25+remote:http://127.0.0.1:8000/?api_key=remote-key-0123456789",
+         "remote-key-0123456789", "parameter 'api_key'"),
+    ],
+)
+# fmt: on
+def test_a_credential_in_a_remote_retriever_url_is_refused_unechoed(
+    tmp_path, toy_dir, capsys, spec, secret, where
+):
+    """A remote:<url> names the run's folder and is written to config.json and cells.json, so
+    a credential in it is refused in one line; the server's token comes from the environment."""
+    argv = [
+        "--agent", "none", "--dataset", str(toy_dir), "--retriever", spec,
+        "--runs-dir", str(tmp_path / "runs"),
+    ]
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    shown = public_url(spec.partition("remote:")[2])
+    assert out.err == (
+        f"error: retriever.spec: 'remote:{shown}': the URL holds a credential ({where}), which "
+        "would be written to config.json and the run's name; set R2MED_SERVE_TOKEN instead\n"
+    )
+    assert out.out == "" and not (tmp_path / "runs").exists()
+
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(f'agents = ["none"]\nretrievers = ["{spec}"]\ndatasets = ["{toy_dir}"]\n')
+    assert sweep_main([str(sweep)]) == 2
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err and "R2MED_SERVE_TOKEN" in out.err
+    assert len(out.err.splitlines()) == 1 and not (tmp_path / "sweep").exists()
+
+
+def test_a_remote_url_without_a_credential_is_kept():
+    config = from_settings({"agent": "none", "retriever": "remote:http://127.0.0.1:8000/?k=3"})
+    assert to_dict(config)["retriever"]["spec"] == "remote:http://127.0.0.1:8000/?k=3"
+
+
+def token_run_argv(toy_dir: Path, tmp_path: Path) -> list[str]:
+    return [
+        "--agent", "hyde", "--dataset", str(toy_dir), "--model", "scripted/test",
+        "--api-base", TOKEN_LLM_URL, "--rerank", TOKEN_STAGE,
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+    ]
+
+
+def test_token_forms_reach_no_file_name_or_line_of_a_run(tmp_path, toy_dir, capsys, caplog):
+    """A lone-userinfo token, `code=`, `apikey=`, `signature=` and a fragment `access_token`:
+    masked in config.json, the run folder's name, every printed line, the trace,
+    run.json and metrics.json, and comparison.json."""
+    caplog.set_level(logging.INFO)
+    scripted.install(lambda m, p: "Statins inhibit HMG-CoA reductase.")
+    argv = token_run_argv(toy_dir, tmp_path)
+    name = safe_name(
+        f"hyde-bm25q-test-toy-rerank=llm-listwise,model=other,api_base={TOKEN_STAGE_MASKED}"
+    )
+    run_dir = tmp_path / "runs" / name
+    assert main([*argv, "--dry-run"]) == 0
+    dry = capsys.readouterr()
+    assert dry.out.splitlines()[0] == f"dry run (no model called): {run_dir}"
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert f"run folder: {run_dir}\n" in out.out
+
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["llm"]["api_base"] == TOKEN_LLM_MASKED
+    assert config["rerank"][0]["options"]["api_base"] == TOKEN_STAGE_MASKED
+    for written in (run_dir / "run.json", run_dir / "toy" / "metrics.json"):
+        assert [s for s in TOKEN_PLAIN if s in written.read_text()] == []
+    assert trace_main([str(run_dir), "q1", "--no-qrels"]) == 0
+    traced = capsys.readouterr()
+    compared = tmp_path / "compared"
+    assert compare_main([str(run_dir), "--out", str(compared), "--no-plots"]) == 0
+    shown = capsys.readouterr()
+    summary = json.loads((compared / "comparison.json").read_text())
+    assert list(summary["runs"].values()) == [str(run_dir)]
+
+    printed = "".join(o.out + o.err for o in (dry, out, traced, shown))
+    printed += "".join(r.getMessage() for r in caplog.records)
+    assert [s for s in TOKEN_PLAIN if s in printed] == []
+    leaks = [
+        (str(p), s)
+        for p in tmp_path.rglob("*")
+        if toy_dir not in p.parents
+        for s in TOKEN_PLAIN
+        if s in str(p) or (p.is_file() and s.encode() in p.read_bytes())
+    ]
+    assert leaks == []
+
+
+def test_token_forms_reach_no_file_name_or_line_of_a_sweep(tmp_path, toy_dir, capsys, caplog):
+    """The same forms from a sweep TOML: cell names, cells.json, comparison.json, printed lines."""
+    caplog.set_level(logging.INFO)
+    scripted.install(lambda m, p: "Statins inhibit HMG-CoA reductase.")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text(
+        f"""
+output = "out"
+cache_dir = "cache"
+agents = ["hyde"]
+models = ["scripted/test"]
+datasets = ["{toy_dir}"]
+reranks = [["{TOKEN_STAGE}"]]
+
+[options]
+quiet = true
+api_base = "{TOKEN_LLM_URL}"
+"""
+    )
+    assert sweep_main([str(sweep)]) == 0
+    printed = capsys.readouterr()
+    name = safe_name(
+        f"hyde-bm25q-test-base-toy-rerank=llm-listwise,model=other,api_base={TOKEN_STAGE_MASKED}"
+    )
+    assert f"[1/1] {name}" in printed.out.splitlines()
+    out = tmp_path / "out"
+    (cell,) = json.loads((out / "cells.json").read_text())
+    assert cell["name"] == name
+    assert cell["config"]["llm"]["api_base"] == TOKEN_LLM_MASKED
+    assert cell["config"]["rerank"][0]["options"]["api_base"] == TOKEN_STAGE_MASKED
+    summary = json.loads((out / "comparison" / "comparison.json").read_text())
+    assert list(summary["runs"].values()) == [str(out / "runs" / name)]
+
+    text = printed.out + printed.err + "".join(r.getMessage() for r in caplog.records)
+    assert [s for s in TOKEN_PLAIN if s in text] == []
+    leaks = [
+        (str(p), s)
+        for p in tmp_path.rglob("*")
+        if p != sweep and toy_dir not in p.parents
+        for s in TOKEN_PLAIN
+        if s in str(p) or (p.is_file() and s.encode() in p.read_bytes())
+    ]
+    assert leaks == []
