@@ -22,11 +22,18 @@ model for a run folder, and none for a plain file (``--reasoning`` names the fam
 Leak guard: R2MED's files also carry ``doc_id`` (the gold documents) and ``answer``. Each line
 is parsed and only ``id -> hy_doc`` is kept; nothing else of a file outlives its parsing, so
 nothing but the generated text can reach an agent.
+
+Edges, said before any query runs: an id given twice keeps its last text, as a corpus's
+duplicate ids do, and is warned about (file, line, id); queries without a text and queries
+whose text is blank are counted on one line (`missing_line`) and in the task's summary
+(`describe`), since both are searched as something other than a generated text.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +47,11 @@ R2MED_METHODS = ("hyde", "query2doc", "lamer", "search-o1", "search-r1")
 GENERATE_AGENTS = (*R2MED_METHODS, "reason")  # agents that can replay a source
 R2MED_FILE = "query_with_hydoc.jsonl"
 OFFLINE_HINT = "set HF_HUB_OFFLINE=1 to fail at once instead of retrying"
+SOURCE_FORMS = 'a .jsonl file of {"id", "hy_doc"} lines, a run folder, or r2med:<llm>[@<folder>]'
+
+log = logging.getLogger("agents.generations")
+# files already warned about (path, sha256): a .jsonl source is read once per task
+_warned: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -117,10 +129,43 @@ def parse_source(text: str, agent: str) -> SourceSpec:
 
 def read_generation_file(path: Path, label: str, model: str | None = None) -> Generations:
     """``id -> hy_doc`` of a JSONL file, and the file's sha256; nothing else is kept."""
+    if path.is_dir():
+        raise DataError(f"{path}: a folder, not a .jsonl file (generations {label})")
     if not path.is_file():
         raise DataError(f"{path}: no such file (generations {label})")
-    texts = read_id_texts(path, "id", "hy_doc")
-    return Generations(label, path, _sha256(path), texts, model)
+    texts = read_id_texts(path, "id", "hy_doc")  # every line checked; the last text of an id kept
+    sha256 = _sha256(path)
+    if (str(path), sha256) not in _warned:
+        _warned.add((str(path), sha256))
+        line = duplicate_line(path)
+        if line:
+            log.warning("%s", line)
+    return Generations(label, path, sha256, texts, model)
+
+
+def duplicate_line(path: Path) -> str:
+    """One line on the ids ``path`` gives more than once (its first repeat named by line), or
+    "". Read after `read_id_texts` has checked every line, so each line parses."""
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    first: dict[str, int] = {}
+    repeats: list[tuple[int, str]] = []
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        query_id = str(json.loads(raw)["id"])
+        if query_id in first:
+            repeats.append((number, query_id))
+        else:
+            first[query_id] = number
+    if not repeats:
+        return ""
+    number, query_id = repeats[0]
+    more = len({q for _, q in repeats}) - 1
+    others = f"; {more} more ids repeat" if more else ""
+    return (
+        f"{path} line {number}: duplicate id {query_id!r} (first on line {first[query_id]}); "
+        f"the last text of each id is kept{others}"
+    )
 
 
 def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
@@ -140,6 +185,12 @@ def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
 
 def check_run_source(run_dir: Path) -> None:
     """Refuse a folder that is not a run of an agent that writes one text per query."""
+    if run_dir.is_file():  # not named .jsonl, so not read as lines: say what it is taken for
+        raise DataError(
+            f"{run_dir}: a file not named .jsonl, so no generation source; give {SOURCE_FORMS}"
+        )
+    if not run_dir.exists():
+        raise DataError(f"{run_dir}: no such file or folder; give {SOURCE_FORMS}")
     try:
         config = runs.read_config(run_dir)
     except FileNotFoundError:
@@ -223,16 +274,45 @@ def fetch_r2med_generations(task: str, method: str, llm: str, cache_dir: Path) -
     )
 
 
+def blank_ids(gens: Generations, query_ids: list[str]) -> list[str]:
+    """The queries whose text is empty or only whitespace: nothing generated to search."""
+    return [q for q in query_ids if q in gens.texts and not gens.texts[q].strip()]
+
+
 def missing_line(gens: Generations, task: str, query_ids: list[str], examples: int = 5) -> str:
-    """One line on the queries ``gens`` has no text for, or "" when it has them all."""
+    """One line on the queries ``gens`` has no text for or a blank one, or "" when every
+    query has a text."""
     missing = [q for q in query_ids if q not in gens.texts]
-    if not missing:
+    blank = blank_ids(gens, query_ids)
+    if not missing and not blank:
         return ""
-    shown = ", ".join(missing[:examples]) + (", ..." if len(missing) > examples else "")
-    return (
-        f"{task}: {len(missing)} of {len(query_ids)} queries have no generation in "
-        f"{gens.label} ({shown}); they are searched with the raw query"
-    )
+    total = len(query_ids)
+    if missing:
+        counts = f"{len(missing)} of {total} queries have no generation in {gens.label}"
+        counts += f" ({_shown(missing, examples)})"
+        if blank:
+            counts += f" and {len(blank)} a blank one ({_shown(blank, examples)})"
+    else:
+        counts = f"{len(blank)} of {total} queries have a blank generation in {gens.label}"
+        counts += f" ({_shown(blank, examples)})"
+    return f"{task}: {counts}; {_how_searched(bool(missing), bool(blank), gens.r2med)}"
+
+
+def _how_searched(missing: bool, blank: bool, r2med: bool) -> str:
+    # R2MED searched its own blank texts as they are (Generations.r2med); ours fall back to
+    # the raw query unless an agent's query_fallback is off
+    if not blank:
+        return "they are searched with the raw query"
+    if not r2med:
+        return "they are searched with the raw query (as they are under query_fallback=false)"
+    as_is = "searched as they are, as R2MED searched them"
+    if missing:
+        return f"the missing ones are searched with the raw query, the blank ones {as_is}"
+    return f"they are {as_is}"
+
+
+def _shown(ids: list[str], examples: int) -> str:
+    return ", ".join(ids[:examples]) + (", ..." if len(ids) > examples else "")
 
 
 def _sha256(path: Path) -> str:
@@ -246,5 +326,7 @@ def _sha256(path: Path) -> str:
 def describe(gens: Generations, query_ids: list[str]) -> dict[str, Any]:
     """What a task's summary records of its source."""
     missing = [q for q in query_ids if q not in gens.texts]
+    blank = blank_ids(gens, query_ids)
     return {"source": gens.label, "file": str(gens.path), "sha256": gens.sha256,
-            "model": gens.model, "missing": len(missing), "missing_ids": missing}  # fmt: skip
+            "model": gens.model, "missing": len(missing), "missing_ids": missing,
+            "blank": len(blank), "blank_ids": blank}  # fmt: skip

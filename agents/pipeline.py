@@ -309,6 +309,10 @@ async def run_task(
                 config.retriever, task, plan.cache_dir, progress, embedding_transport(config)
             )
         )
+        if config.retriever_index:  # each server's answers checked against what the run is bound to
+            from retrievers.remote import bind
+
+            bind(retriever, config.retriever_index.get(tp.folder, {}), task.corpus)
         records = await run_queries(
             plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)),
             queries,

@@ -29,6 +29,11 @@ from agents.graphs.context import steps_usage
 from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.runs import read_records, record_line
+from retrievers.remote import RemoteRunError
+
+# faults of the run, not of one query (a rejected key, a retrieval server that now holds
+# another index): the run stops and the query that met one gets no record, so a rerun asks again
+RUN_ERRORS = (LLMRunError, RemoteRunError)
 
 
 def redact(text: str) -> str:
@@ -49,7 +54,7 @@ async def _run_one(graph: Any, query_id: str, query: str) -> dict:
         state = await graph.ainvoke(
             {"query_id": query_id, "query": query, "steps": [], "generated": {}}
         )
-    except LLMRunError:
+    except RUN_ERRORS:
         raise
     except Exception as e:  # one query's failure must not end the run; it is recorded
         error = redact(f"{type(e).__name__}: {e}")
@@ -103,7 +108,7 @@ async def run_queries(
     )
     out.parent.mkdir(parents=True, exist_ok=True)
     _end_torn_line(out)
-    auth_errors: list[LLMRunError] = []
+    auth_errors: list[Exception] = []
     reasons: set[str] = set()
     with open(out, "a", encoding="utf-8") as f:
 
@@ -113,7 +118,7 @@ async def run_queries(
                     return
                 try:
                     record = await _run_one(graph, query_id, queries[query_id])
-                except LLMRunError as e:
+                except RUN_ERRORS as e:
                     auth_errors.append(e)
                     return
             if record["error"] and record["error"] not in reasons:

@@ -387,6 +387,11 @@ def test_bad_source_specs_are_refused(toy, no_llm, capsys, agent, source, expect
         parse_source(source, agent)
 
 
+def mkdir(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
 def bad_file_cases(tmp_path: Path) -> list[tuple[str, str]]:
     run_none = tmp_path / "runs-none"
     (run_none).mkdir()
@@ -404,6 +409,13 @@ def bad_file_cases(tmp_path: Path) -> list[tuple[str, str]]:
         ),
         (str(write_jsonl(tmp_path / "c.jsonl", broken)), "c.jsonl line 2: malformed JSON"),
         (str(tmp_path / "plain"), "neither a .jsonl file nor a run folder (no config.json)"),
+        (
+            str(write_jsonl(tmp_path / "gens.json", [{"id": "q1", "hy_doc": "x"}])),
+            "gens.json: a file not named .jsonl, so no generation source; give a .jsonl file of "
+            '{"id", "hy_doc"} lines, a run folder, or r2med:<llm>[@<folder>]',
+        ),
+        (str(tmp_path / "nowhere"), "nowhere: no such file or folder; give a .jsonl file"),
+        (str(mkdir(tmp_path / "dir.jsonl")), "dir.jsonl: a folder, not a .jsonl file"),
         (str(run_none), "agent 'none' writes no text to replay"),
         (
             f"r2med:{LLM}@{tmp_path / 'plain'}",
@@ -418,6 +430,8 @@ def test_missing_files_and_bad_lines_are_one_line_before_any_query(toy, no_llm, 
         err = capsys.readouterr().err.strip()
         assert "\n" not in err, err
         assert expected in err, err
+        if not Path(source).is_dir():  # a file or nothing is never taken for a run folder
+            assert "config.json" not in err, err
         assert not toy["runs"].exists()  # refused before a run folder exists
     assert no_llm.calls == 0
 
@@ -435,3 +449,51 @@ def test_dry_run_of_a_replay_counts_no_call(toy, no_llm, capsys):
     assert no_llm.calls == 0
     assert not toy["runs"].exists()
     assert "total: 0 LLM calls, 0 prompt + 0 completion tokens" in out, out
+
+
+# --- edges of a source: duplicated ids, blank texts ------------------------------------------
+
+
+def test_a_duplicated_id_is_warned_naming_file_line_and_id(toy, no_llm, caplog, tmp_path):
+    rows = gen_rows(extra=False)
+    rows.insert(2, {"id": "q1", "hy_doc": HY_DOCS["q3"]})  # line 3: q1 again, another text
+    rows.append({"id": "q2", "hy_doc": HY_DOCS["q2"]})
+    path = write_jsonl(tmp_path / "dupes.jsonl", rows)
+    with caplog.at_level(logging.WARNING):
+        assert run(toy, "hyde", "--generations", str(path)) == 0
+    said = [m for m in caplog.messages if "duplicate" in m]
+    assert said == [
+        f"{path} line 3: duplicate id 'q1' (first on line 1); the last text of each id is kept; "
+        "1 more ids repeat"
+    ]
+    assert records(toy["runs"] / "run")["q1"]["generated"] == {"passage": HY_DOCS["q3"]}
+
+
+def test_blank_texts_are_counted_and_reported_with_the_missing_ones(toy, no_llm, caplog, tmp_path):
+    texts = {"q1": "  \n", "q2": HY_DOCS["q2"]}  # q1 blank, q3 missing
+    path = write_jsonl(tmp_path / "blank.jsonl", gen_rows(texts, extra=False))
+    with caplog.at_level(logging.WARNING):
+        assert run(toy, "hyde", "--generations", str(path)) == 0
+    assert (
+        "toy: 1 of 3 queries have no generation in file:blank (q3) and 1 a blank one (q1); they "
+        "are searched with the raw query (as they are under query_fallback=false)"
+    ) in caplog.messages
+    summary = json.loads((toy["runs"] / "run" / "toy" / "metrics.json").read_text())
+    assert summary["generations"]["missing_ids"] == ["q3"]
+    assert summary["generations"]["blank"] == 1 and summary["generations"]["blank_ids"] == ["q1"]
+    retrieve = step(records(toy["runs"] / "run")["q1"], "retrieve")
+    assert retrieve["request"]["sparse_text"] is None  # the raw query, said in its trace
+
+
+def test_r2med_blank_texts_are_reported_and_searched_as_they_are(toy, no_llm, caplog):
+    hub_layout(toy["gens"], "hyde", gen_rows({"q1": "", "q2": HY_DOCS["q2"], "q3": HY_DOCS["q3"]}))
+    with caplog.at_level(logging.WARNING):
+        assert run(toy, "hyde", "--generations", f"r2med:{LLM}@{toy['gens']}") == 0
+    assert (
+        f"toy: 1 of 3 queries have a blank generation in r2med:{LLM}@gens (q1); they are "
+        "searched as they are, as R2MED searched them"
+    ) in caplog.messages
+    record = records(toy["runs"] / "run")["q1"]
+    assert step(record, "retrieve")["request"]["sparse_text"] == " "  # R2MED's rule: no term
+    summary = json.loads((toy["runs"] / "run" / "toy" / "metrics.json").read_text())
+    assert summary["generations"]["missing"] == 0 and summary["generations"]["blank_ids"] == ["q1"]
