@@ -214,7 +214,10 @@ def encoder_id(
             text = f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         parts.append(f"{name}={text}")
     if api_base is not None:
-        parts.append(f"api_base=sha256:{hashlib.sha256(api_base.encode()).hexdigest()[:16]}")
+        # the masked URL: a secret in it must not be recoverable from meta.json by guessing,
+        # and a renewed token must not discard the corpus's embeddings
+        shown = public_url(api_base) or api_base
+        parts.append(f"api_base=sha256:{hashlib.sha256(shown.encode()).hexdigest()[:16]}")
     return "|".join(parts)
 
 

@@ -807,3 +807,16 @@ api_base = "{TOKEN_LLM_URL}"
         if s in str(p) or (p.is_file() and s.encode() in p.read_bytes())
     ]
     assert leaks == []
+
+
+def test_an_embedding_cache_key_holds_no_secret_of_its_url():
+    """The API embedder's cache identity (written to the cache's meta.json) hashes the masked
+    URL: a token in it cannot be guessed back from the hash, and a renewed token keeps the
+    corpus's embeddings."""
+    from retrievers.api_embed import encoder_id
+
+    plain = encoder_id("m", "http://127.0.0.1:8/v1", {})
+    one = encoder_id("m", "http://TOKEN-ONE-123456@127.0.0.1:8/v1?api_key=abcdefgh1", {})
+    two = encoder_id("m", "http://TOKEN-TWO-654321@127.0.0.1:8/v1?api_key=zyxwvuts2", {})
+    assert one == two != plain
+    assert encoder_id("m", "http://127.0.0.1:9/v1", {}) != plain
