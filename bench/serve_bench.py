@@ -26,6 +26,13 @@ one that closes it halfway through the body. The ordinary clients' results must 
 identical to the in-process ranking and none may fail; the server must still answer after.
 Every server is stopped with SIGTERM and must exit 0.
 
+Hostile clients: one normal client searches the BM25 server, alone and then beside each of a
+client sending a huge chunked body (refused past ``--max-body-bytes`` while it arrives), one
+holding many idle and half-open connections (closed by ``--header-timeout`` and
+``--max-connections``), and one asking for 1,000 queries x k 1,000 (refused by ``--max-hits``
+before any search). The normal client's p50/p99 latency is printed beside each, with the
+hostile client's one-line refusal; the normal client must not fail.
+
 ``--smoke`` runs every step with 24 queries per measurement and N = 1 and 4, in about half a
 minute; its figures measure nothing.
 """
@@ -61,6 +68,7 @@ from retrievers.search import SearchRequest, build_retriever  # noqa: E402
 HOST = "127.0.0.1"
 MAX_QUERY_CHARS = 20_000  # the BM25 server's --max-query-chars: the huge query is over it
 MAX_BODY_BYTES = 2_000_000  # and its --max-body-bytes
+HEADER_TIMEOUT_S = 1.0  # and its --header-timeout: the idle connections are closed in the run
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 30
 
@@ -287,6 +295,100 @@ def faults(url: str, text: str, rounds: int) -> dict[str, str]:
     return reasons
 
 
+# --- hostile clients ----------------------------------------------------------------------------
+
+
+def huge_chunked_body(url: str, megabytes: int) -> str:
+    """A chunked POST offering ``megabytes`` MB; the server's answer (it should not wait for
+    the end)."""
+
+    def chunks():
+        for _ in range(megabytes * 16):
+            yield b"x" * 65536
+
+    with httpx.Client(timeout=30, trust_env=False) as http:
+        r = http.post(f"{url}/search", content=chunks())
+    return assert_refused(r, 413, "huge chunked body")
+
+
+def idle_connections(url: str, n: int, seconds: float) -> str:
+    """``n`` connections opened and held ``seconds``, every other one with half a request
+    head; how many the server had closed by then."""
+    host, port = url.removeprefix("http://").split(":")
+    held = []
+    for i in range(n):
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=5)
+        except OSError:
+            break
+        if i % 2:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        held.append(sock)
+    time.sleep(seconds)
+    closed = 0
+    for sock in held:
+        sock.settimeout(0.5)
+        try:
+            closed += sock.recv(1) == b""
+        except ConnectionResetError:
+            closed += 1
+        except TimeoutError:
+            pass
+        sock.close()
+    return f"{closed} of {len(held)} closed by the server"
+
+
+def heavy_query(url: str) -> str:
+    body = {"k": 1000, "requests": [{"query": "fever"}] * 1000}
+    with httpx.Client(timeout=30, trust_env=False) as http:
+        return assert_refused(http.post(f"{url}/search", json=body), 413, "queries x k")
+
+
+def beside(url: str, order: list[str], texts: dict[str, str], k: int, seconds: float,
+           hostile: Callable[[], str] | None) -> tuple[Load, str]:  # fmt: skip
+    """A normal client searching for ``seconds`` (at least its list once) while ``hostile``
+    runs again and again; its load and the hostile client's last answer."""
+    keep_going = threading.Event()
+    keep_going.set()
+    loads: list[Load] = []
+    thread = threading.Thread(
+        target=lambda: loads.append(served(url, 1, [order], texts, k, keep_going))
+    )
+    thread.start()
+    what = ""
+    deadline = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < deadline:
+            what = hostile() if hostile is not None else "-"
+            if hostile is None:
+                time.sleep(0.05)
+    finally:
+        keep_going.clear()
+        thread.join()
+    return loads[0], what
+
+
+def hostile_clients(url: str, order: list[str], texts: dict[str, str], k: int,
+                    smoke: bool) -> None:  # fmt: skip
+    seconds = 1.0 if smoke else 5.0
+    idle_n = 200 if smoke else 2000
+    modes: dict[str, Callable[[], str] | None] = {
+        "none": None,
+        f"huge chunked body ({50 if smoke else 300} MB offered)":
+            lambda: huge_chunked_body(url, 50 if smoke else 300),
+        f"{idle_n:,} idle and half-open connections":
+            lambda: idle_connections(url, idle_n, HEADER_TIMEOUT_S + 0.5),
+        "1,000 queries x k 1,000": lambda: heavy_query(url),
+    }  # fmt: skip
+    for label, hostile in modes.items():
+        load, what = beside(url, order, texts, k, seconds, hostile)
+        assert not load.errors, f"the normal client failed beside {label}: {load.errors[:3]}"
+        print(
+            f"  hostile {label}: normal client p50 {load.p50_ms:.2f} ms, p99 "
+            f"{load.p99_ms:.2f} ms over {len(load.results)} searches; hostile: {what}"
+        )
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -312,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     servers = {
         "bm25": Server("bm25", ["--retriever", "bm25", "--max-query-chars",
-                                str(MAX_QUERY_CHARS), "--max-body-bytes", str(MAX_BODY_BYTES)]),
+                                str(MAX_QUERY_CHARS), "--max-body-bytes", str(MAX_BODY_BYTES),
+                                "--header-timeout", str(HEADER_TIMEOUT_S)]),
         "dense": Server("dense", ["--retriever", "dense", "--device", "cpu", "--max-batch", "64"]),
         "dense-1": Server("dense-1", ["--retriever", "dense", "--device", "cpu",
                                       "--max-batch", "1"]),
@@ -411,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
             f"identical to in-process (asserted), p99 {load.p99_ms:.2f} ms; {gone} queries of "
             "the clients that disconnected were searched anyway; the server answers after"
         )
+        hostile_clients(server.url, order[: max(8, args.queries // 4)], texts, args.k,
+                        args.smoke)  # fmt: skip
     finally:
         for server in servers.values():  # all at once, then each waited for
             server.terminate()

@@ -84,6 +84,12 @@ EXPECTED: dict[str, list[str]] = {
         r"^  fault garbage JSON: refused, .+$",
         r"^  fault query of [\d,]+ characters: refused, .*--max-query-chars",
         r"^  faults: \d+ searches of 4 other clients during them, all identical to in-process",
+        rf"^  hostile none: normal client p50 {NUM} ms, p99 {NUM} ms",
+        rf"^  hostile huge chunked body .*: normal client p50 {NUM} ms, p99 {NUM} ms .*"
+        r"\(--max-body-bytes\)$",
+        rf"^  hostile [\d,]+ idle and half-open connections: normal client p50 {NUM} ms, p99 "
+        rf"{NUM} ms .*: (\d+) of \1 closed by the server$",
+        rf"^  hostile 1,000 queries x k 1,000: normal client p50 {NUM} ms, .*\(--max-hits\)$",
         r"^  SIGTERM: every server exited 0 \(bm25, dense, dense-1\)",
     ],
 }

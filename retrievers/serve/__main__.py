@@ -7,13 +7,20 @@ The dataset and retriever flags are `agents.run`'s own (same names, same checks,
 defaults), and the index is built and cached as a run builds it, in the same cache: a server
 started where runs ran loads their index from disk. It prints one line once it answers, and
 stops cleanly on SIGTERM or Ctrl-C.
+
+Every limit a client could push past is a flag with a default (docs/serving.md, "Limits and
+refusals"); a bearer token, when $R2MED_SERVE_TOKEN (or the variable --token-env names) is set,
+is required on every endpoint; an address other than loopback is refused without one unless
+--allow-unauthenticated.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import socket
 import sys
 from typing import Any
 
@@ -46,12 +53,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-query-chars", type=_positive, default=50_000,
                    help="the longest query text allowed")
     p.add_argument("--max-body-bytes", type=_positive, default=4_000_000,
-                   help="the largest request body allowed")
+                   help="the largest request body allowed, counted as it arrives")
+    p.add_argument("--max-hits", type=_positive, default=100_000,
+                   help="queries x k in one request at most (default: 100,000)")
+    p.add_argument("--max-response-bytes", type=_positive, default=32_000_000,
+                   help="the largest answer (estimated before it is written)")
+    p.add_argument("--max-connections", type=_positive, default=512,
+                   help="open connections at most; past it the one idle longest is closed")
+    p.add_argument("--header-timeout", type=_seconds, default=10.0,
+                   help="seconds a connection may take to send a request's head")
+    p.add_argument("--read-timeout", type=_seconds, default=30.0,
+                   help="seconds a request's body may take to arrive")
+    p.add_argument("--keep-alive", type=_seconds, default=5.0,
+                   help="seconds an idle keep-alive connection is kept open")
+    p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
+                   help=f"the environment variable holding the bearer token clients must send "
+                        f"(default: {TOKEN_ENV}; unset or empty: no token)")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="listen on an address other than loopback without a token")
     p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of HTTP")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="--mcp: over stdio (default) or streamable HTTP at --host/--port")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
+
+
+TOKEN_ENV = "R2MED_SERVE_TOKEN"
+
+
+def _seconds(text: str) -> float:
+    from eval.argtypes import CheckError
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise CheckError(f"must be a number of seconds above 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -86,34 +125,57 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                          embedding_transport(config))  # fmt: skip
 
 
-def serve_http(args: argparse.Namespace, indexes: dict[str, Any]) -> int:
+def token_of(args: argparse.Namespace) -> str | None:
+    """The bearer token from the environment; an address off loopback needs one (or
+    --allow-unauthenticated). The token is never a flag: a flag shows in `ps`."""
+    from retrievers.serve.guard import is_loopback
+
+    token = os.environ.get(args.token_env) or None
+    if token is None and not is_loopback(args.host) and not args.allow_unauthenticated:
+        raise ValueError(f"--host {args.host} is reachable from other machines and "
+                         f"${args.token_env} is not set: set a token there, or pass "
+                         "--allow-unauthenticated on a network you trust")  # fmt: skip
+    return token
+
+
+def serve_http(
+    args: argparse.Namespace, indexes: dict[str, Any], sock: socket.socket, token: str | None
+) -> int:
+    import asyncio
+
     import uvicorn
 
     from retrievers.serve.app import make_app
+    from retrievers.serve.guard import guarded_h11
 
     app = make_app(
         indexes, topk=args.topk, max_batch=args.max_batch, max_queue=args.max_queue,
         max_k=args.max_k, max_query_chars=args.max_query_chars,
-        max_body_bytes=args.max_body_bytes,
+        max_body_bytes=args.max_body_bytes, max_hits=args.max_hits,
+        max_response_bytes=args.max_response_bytes, read_timeout=args.read_timeout,
+        token=token, token_env=args.token_env,
     )  # fmt: skip
+    _raise_fd_limit(args.max_connections)
     # a client holding half a request open must not keep a SIGTERM'ed server up forever
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port,
-                                           log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=5))  # fmt: skip
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
+        http=guarded_h11(args.max_connections, args.header_timeout),
+        timeout_keep_alive=args.keep_alive,  # type: ignore[arg-type]  (a float works)
+    )  # fmt: skip
+    server = uvicorn.Server(config)
 
     async def announce() -> None:  # once it listens: the port a --port 0 server got
         while not server.started:
             await asyncio.sleep(0.05)
-        port = server.servers[0].sockets[0].getsockname()[1]
+        port = sock.getsockname()[1]
         names = ", ".join(f"{n} ({len(i.corpus):,} documents)" for n, i in indexes.items())
         spec = next(iter(indexes.values())).fingerprint["retriever"]
+        # the line's form is what scripts wait for: the token is not mentioned in it
         print(f"serving {names} with {spec} at http://{args.host}:{port}", file=sys.stderr,
               flush=True)  # fmt: skip
 
-    import asyncio
-
     async def main() -> None:
-        await asyncio.gather(server.serve(), announce())
+        await asyncio.gather(server.serve(sockets=[sock]), announce())
 
     # past the graceful-shutdown limit uvicorn cancels what is left and logs each with its
     # traceback; that is the limit working, not an error
@@ -125,9 +187,32 @@ def serve_http(args: argparse.Namespace, indexes: dict[str, Any]) -> int:
     return 0
 
 
+def _raise_fd_limit(max_connections: int) -> None:
+    """Room for --max-connections sockets and the files the process holds besides: the soft
+    limit raised toward the hard one (so the cap, not the kernel, refuses a flood)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = max_connections + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < want:
+            raise ValueError(f"--max-connections {max_connections}: the open-file limit is "
+                             f"{hard}; lower it below {hard - 256}")  # fmt: skip
+
+
 def _not_a_graceful_timeout(record: logging.LogRecord) -> bool:
     exc = record.exc_info[1] if record.exc_info else None
     return not (exc is not None and "graceful shutdown" in str(exc))
+
+
+def _mcp_host_allowed(args: argparse.Namespace) -> None:
+    from retrievers.serve.guard import is_loopback
+
+    if not is_loopback(args.host) and not args.allow_unauthenticated:
+        raise ValueError(f"--host {args.host}: MCP over HTTP has no token; serve it on "
+                         "loopback, or pass --allow-unauthenticated on a network you trust")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,12 +221,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
 
     def body() -> int:
-        indexes = build(args)
         if args.mcp:
             from retrievers.serve.mcp import serve_mcp
 
-            return serve_mcp(args, indexes)
-        return serve_http(args, indexes)
+            if args.transport == "http":  # MCP over HTTP has no token: loopback only
+                _mcp_host_allowed(args)
+            return serve_mcp(args, build(args))
+        from retrievers.serve.guard import bind
+
+        # the token and the port are checked before the index is built: a refusal is at once
+        token = token_of(args)
+        sock = bind(args.host, args.port)
+        try:
+            return serve_http(args, build(args), sock, token)
+        finally:
+            sock.close()
 
     return command(body)
 

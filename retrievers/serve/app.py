@@ -17,31 +17,43 @@ for dense retrievers exactly with ``--max-batch 1``; a batch pads its queries to
 which moves the last bits of an embedding (more in bf16), so near-ties may swap. An empty
 ``queries`` or ``requests`` list is answered with an empty result, as Search-R1's server does.
 
-``GET /documents/{doc_id}?task=NAME``: one document's text. ``GET /health``: status, the
-fingerprint of each task's index, the queue and what was served.
+``GET /documents/{doc_id}?task=NAME``: one document's text; an id of any form (a DOI's
+slash, spaces, ``?``, ``#``, ``..``) is also read with ``GET /documents?id=ID&task=NAME`` or
+``POST /documents`` ``{"id": ID, "task": NAME}``. ``GET /health``: status, the fingerprint of
+each task's index, the queue and what was served.
 
-A bad request is a 4xx whose body is ``{"error": "<one line>"}``: unknown task or document (404),
-a body over ``max_body_bytes`` or a query over ``max_query_chars`` (413), a field of the wrong
-type or out of range (422); a full queue is 503 (retry).
+A bad request is a 4xx whose body is ``{"error": "<one line>"}``: a body that is not UTF-8,
+not JSON, nested too deep, or a field of the wrong type or out of range (422); unknown task,
+document or path (404); a body over ``max_body_bytes``, a query over ``max_query_chars``, more
+than ``max_hits`` hits asked for (queries x k) or an answer over ``max_response_bytes`` (413);
+a missing or wrong token (401, `guard`); a full queue is 503 (retry).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from retrievers.base import SearchRequest
 from retrievers.serve.batch import Batcher, Busy
+from retrievers.serve.guard import Guard, GuardSettings
 from retrievers.serve.index import ServedIndex, package_version
 
 SEARCH_R1_TOPK = 3  # retrieval_server.py's --topk default
+MAX_HITS = 100_000  # queries x k in one request: 100 queries at depth 1,000
+MAX_RESPONSE_BYTES = 32_000_000
+HIT_OVERHEAD = 48  # JSON bytes around each hit's id and text ({"document": ..., "score": ...})
+Body = TypeVar("Body", bound=BaseModel)
 
 
 class RefusedRequest(Exception):
@@ -70,6 +82,11 @@ class SearchBody(BaseModel):
     requests: list[SearchItem]
 
 
+class DocumentBody(BaseModel):
+    id: str
+    task: str | None = None
+
+
 def make_app(
     indexes: Mapping[str, ServedIndex],
     *,
@@ -79,6 +96,11 @@ def make_app(
     max_k: int = 1000,
     max_query_chars: int = 50_000,
     max_body_bytes: int = 4_000_000,
+    max_hits: int = MAX_HITS,
+    max_response_bytes: int = MAX_RESPONSE_BYTES,
+    read_timeout: float = 30.0,
+    token: str | None = None,
+    token_env: str = "R2MED_SERVE_TOKEN",
 ) -> FastAPI:
     batcher = Batcher(max_batch=max_batch, max_queue=max_queue)
 
@@ -106,20 +128,25 @@ def make_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = first.get("loc", ())
-        if first.get("type") == "json_invalid":  # its loc ends in the byte offset
-            return refuse(422, f"body: invalid JSON at byte {loc[-1] if loc else 0}")
-        where = ".".join(str(p) for p in loc if p != "body") or "body"
-        return refuse(422, f"{where}: {first.get('msg', 'invalid request')}")
+        return refuse(422, _first_error(exc.errors()))
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > max_body_bytes:
-            return refuse(413, f"request body of {int(length):,} bytes; the limit is "
-                               f"{max_body_bytes:,} (--max-body-bytes)")  # fmt: skip
-        return await call_next(request)
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # an unknown path or method: the same one-line form as every other refusal
+        path = repr(request.url.path)[1:-1]  # a "%0A" in it must not break the line
+        return refuse(exc.status_code, f"{request.method} {path}: {exc.detail}")
+
+    # outermost: the token and the body's size and pace, before any of it is read
+    app.add_middleware(Guard, settings=GuardSettings(max_body_bytes, read_timeout, token,
+                                                     token_env))  # fmt: skip
+
+    async def parse(request: Request, model: type[Body]) -> Body:
+        """The body, as the server's own one-line refusals say what is wrong with it."""
+        try:
+            raw = await request.body()
+        except ClientDisconnect:  # gone, or refused by the guard: this answer goes nowhere
+            raise RefusedRequest(400, "the client went away") from None
+        return _validated(raw, model)
 
     def index_of(task: str | None) -> ServedIndex:
         if task is None:
@@ -133,11 +160,15 @@ def make_app(
         return indexes[task]
 
     def check(n: int, texts: list[str], k: int) -> None:
+        """Before any search: what the request may ask for."""
         if n > max_queue:  # could never be queued whole: not worth a retry
             raise RefusedRequest(413, f"{n:,} queries in one request; at most {max_queue:,} "
                                       "(--max-queue)")  # fmt: skip
         if k > max_k:
             raise RefusedRequest(422, f"k {k} is over the server's limit of {max_k} (--max-k)")
+        if n * k > max_hits:  # the answer's size, and the search's work, grow with it
+            raise RefusedRequest(413, f"{n:,} queries x k {k:,} = {n * k:,} hits in one "
+                                      f"request; at most {max_hits:,} (--max-hits)")  # fmt: skip
         for i, text in enumerate(texts):
             if len(text) > max_query_chars:
                 limit = f"the limit is {max_query_chars:,} (--max-query-chars)"
@@ -150,6 +181,15 @@ def make_app(
             return await batcher.search(index, requests, k)
         except Busy as e:
             raise RefusedRequest(503, str(e)) from None
+
+    def answer(content: dict[str, Any], size: int) -> JSONResponse:
+        """``content`` as JSON unless its estimated ``size`` is over the limit: the refusal
+        comes before the answer is serialized (serialising it is what takes the memory)."""
+        if size > max_response_bytes:
+            raise RefusedRequest(413, f"the answer would be about {size:,} bytes; the limit is "
+                                      f"{max_response_bytes:,} (--max-response-bytes); ask "
+                                      "for fewer queries or a smaller k")  # fmt: skip
+        return JSONResponse(content)  # no jsonable_encoder walk: it is JSON already
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -165,11 +205,13 @@ def make_app(
         }  # fmt: skip
 
     @app.post("/retrieve")
-    async def retrieve(body: RetrieveBody, task: str | None = None) -> dict[str, Any]:
+    async def retrieve(request: Request, task: str | None = None) -> JSONResponse:
+        body = await parse(request, RetrieveBody)
         index = index_of(task)
         k = body.topk or topk
         check(len(body.queries), body.queries, k)
         rankings = await search(index, [SearchRequest(query=q) for q in body.queries], k)
+        size = sum(len(d) + len(index.corpus[d]) + HIT_OVERHEAD for r in rankings for d in r)
         result = []
         for ranking in rankings:
             docs = [{"id": d, "contents": index.corpus[d]} for d in ranking]
@@ -178,29 +220,75 @@ def make_app(
                                for doc, s in zip(docs, ranking.values(), strict=True)])
             else:
                 result.append(docs)
-        return {"result": result}
+        return answer({"result": result}, size)
 
     @app.post("/search")
-    async def native(body: SearchBody) -> dict[str, Any]:
+    async def native(request: Request) -> JSONResponse:
+        body = await parse(request, SearchBody)
         index = index_of(body.task)
         check(len(body.requests), [t for r in body.requests for t in _texts(r)], body.k)
         requests = [SearchRequest(r.query, r.expansion, r.sparse_text, r.dense_text, r.query_id)
                     for r in body.requests]  # fmt: skip
         rankings = await search(index, requests, body.k)
-        return {
+        size = sum(len(d) + 32 for r in rankings for d in r)  # an id, quoted, and a score
+        return answer({
             "results": [{"ids": list(r), "scores": list(r.values())} for r in rankings],
             "fingerprint": index.fingerprint,
-        }
+        }, size)  # fmt: skip
 
-    @app.get("/documents/{doc_id}")
-    async def document(doc_id: str, task: str | None = None) -> dict[str, str]:
+    def document(doc_id: str, task: str | None) -> dict[str, str]:
         index = index_of(task)
         if doc_id not in index.corpus:
             raise RefusedRequest(404, f"doc_id: no document {doc_id!r} in task "
                                       f"{index.task.name}")  # fmt: skip
         return {"id": doc_id, "contents": index.corpus[doc_id]}
 
+    # An id may hold anything: a DOI's "/", spaces, "?", "#", "..". The path form takes any
+    # id whose percent-encoding survives the client's URL handling; the query and POST forms
+    # take every id (a client normalises "/../" out of a path, never out of a query or body).
+    @app.get("/documents")
+    async def document_by_query(id: str, task: str | None = None) -> dict[str, str]:
+        return document(id, task)
+
+    @app.post("/documents")
+    async def document_by_body(request: Request) -> dict[str, str]:
+        body = await parse(request, DocumentBody)
+        return document(body.id, body.task)
+
+    @app.get("/documents/{doc_id:path}")
+    async def document_by_path(doc_id: str, task: str | None = None) -> dict[str, str]:
+        return document(doc_id, task)
+
     return app
+
+
+def _validated(raw: bytes, model: type[Body]) -> Body:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        where = f"byte {e.start} is {raw[e.start]:#04x}"
+        raise RefusedRequest(422, f"body: not UTF-8 ({where})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        at = len(text[: e.pos].encode())  # json counts characters; a client counts bytes
+        raise RefusedRequest(422, f"body: invalid JSON at byte {at}") from None
+    except RecursionError:
+        raise RefusedRequest(422, "body: JSON nested too deeply") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RefusedRequest(422, _first_error(e.errors())) from None
+    except RecursionError:  # nesting where a flat value belongs
+        raise RefusedRequest(422, "body: JSON nested too deeply") from None
+
+
+def _first_error(errors: Any) -> str:
+    first = errors[0] if errors else {}
+    loc = first.get("loc", ())
+    where = ".".join(str(p) for p in loc if p != "body") or "body"
+    msg = " ".join(str(first.get("msg", "invalid request")).split())  # one line
+    return f"{where}: {msg}"
 
 
 def _texts(item: SearchItem) -> list[str]:

@@ -137,32 +137,42 @@ def serve_mcp(args: argparse.Namespace, indexes: Mapping[str, ServedIndex]) -> i
     what = (f"{index.task.name} ({len(index.corpus):,} documents) with "
             f"{index.fingerprint.get('retriever', index.retriever.name)}")  # fmt: skip
     if getattr(args, "transport", "stdio") == "http":
-        return _serve_http(server, args.host, args.port, what)
+        return _serve_http(server, args, what)
     _announce(f"serving {what} as MCP tools search, read over stdio")
     server.run("stdio")
     return 0
 
 
-def _serve_http(server: MCPServer, host: str, port: int, what: str) -> int:
-    """Streamable HTTP, on uvicorn as the HTTP API runs (so that --port 0 can be reported)."""
+def _serve_http(server: MCPServer, args: argparse.Namespace, what: str) -> int:
+    """Streamable HTTP, on uvicorn as the HTTP API runs (so that --port 0 can be reported),
+    behind the same body, head and connection limits (`guard`; no token: loopback only)."""
     import uvicorn
 
-    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
-    web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                        lifespan="on"))  # fmt: skip
+    from retrievers.serve.guard import Guard, GuardSettings, bind, guarded_h11
+
+    host = args.host
+    limits = GuardSettings(max_body_bytes=getattr(args, "max_body_bytes", 4_000_000),
+                           read_timeout=getattr(args, "read_timeout", 30.0))  # fmt: skip
+    app = Guard(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host), limits)
+    sock = bind(host, args.port)  # a port in use: one line
+    http = guarded_h11(getattr(args, "max_connections", 512),
+                       getattr(args, "header_timeout", 10.0))  # fmt: skip
+    keep_alive = getattr(args, "keep_alive", 5)
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=http,
+                                        timeout_keep_alive=keep_alive))  # fmt: skip
 
     async def announce() -> None:  # once it listens: the port a --port 0 server got
         while not web.started:
             if web.should_exit:
                 return
             await anyio.sleep(0.05)
-        bound = web.servers[0].sockets[0].getsockname()[1]
+        bound = sock.getsockname()[1]
         _announce(f"serving {what} as MCP tools search, read at http://{host}:{bound}{HTTP_PATH}")
 
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(announce)
-            await web.serve()
+            await web.serve(sockets=[sock])
             tasks.cancel_scope.cancel()
 
     anyio.run(main)
