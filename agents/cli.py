@@ -2,10 +2,10 @@
 
 Every command of agents (run, rerank, sweep, trace) runs its body through `command`: the
 ladder of eval.cli with the agent layer's own refusal (`LLMRunError`: a fault every other
-query would meet too, so the run stops, its finished queries kept) and Ctrl-C as
-`agents.interrupt` stops a run. What a run prints is `report` (one task's line, as it
-finishes) and `print_summary` (the run's table), each beside R2MED's published figure when
-the run reproduces a published row (`agents.paper`).
+query would meet too, so the run stops, its finished queries kept) and Ctrl-C (or SIGTERM,
+exit status 143) as `agents.interrupt` stops a run. What a run prints is `report` (one
+task's line, as it finishes) and `print_summary` (the run's table), each beside R2MED's
+published figure when the run reproduces a published row (`agents.paper`).
 
 Nothing heavy is imported here, so that ``--help`` stays instant: a run's results come from
 agents.pipeline, which the commands import after parsing.
@@ -34,8 +34,9 @@ REFUSALS: tuple[type[Exception], ...] = (LLMRunError,)
 
 def command(body: Callable[[], int], *, resumable: bool = True) -> int:
     """Run a command's ``body`` on the ladder: a refusal is one ``error:`` line and exit
-    status 2, Ctrl-C one line and 130. A ``resumable`` command's Ctrl-C line says the same
-    command resumes (a run); another's (a reader) says what it wrote is whole."""
+    status 2, Ctrl-C one line and 130, SIGTERM the same line and 143. A ``resumable``
+    command's line says the same command resumes (a run); another's (a reader) says what it
+    wrote is whole."""
     interrupt.install()
     stop = interrupt.interrupted if resumable else None
     return cli.command(body, refusals=REFUSALS, interrupted=stop)
@@ -45,8 +46,9 @@ def exit_with(status: int) -> None:
     """End the process with ``status``. After a Ctrl-C a worker thread may still be inside
     llama.cpp (loading a model, say), which interpreter shutdown would wait on and whose
     native code then meets a half-torn-down process: the output is flushed and the process
-    ends at once; every finished record is already on disk (fsynced as it finished)."""
-    if status == interrupt.EXIT_STATUS:
+    ends at once; every finished record is already on disk (fsynced as it finished). A
+    SIGTERM's status ends it the same way."""
+    if status in (interrupt.EXIT_STATUS, cli.EXIT_TERMINATED):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

@@ -4,8 +4,9 @@ Every refusal in this project is a `ValueError` whose message is one line naming
 line and field, or the flag and value (config, data, prompt and folder errors are all
 subclasses); a command adds the errors of its own layer (an LLM that cannot be reached) as
 ``refusals``. An OSError names the file and the reason (a full or read-only disk). Ctrl-C
-is one line and exit status 130: every file written so far is written whole. Anything else
-is a bug and goes up with its traceback.
+is one line and exit status 130: every file written so far is written whole. SIGTERM (what
+`kill`, a job scheduler or a container stop sends) takes Ctrl-C's path, with exit status 143.
+Anything else is a bug and goes up with its traceback.
 
     def main(argv=None) -> int:
         args = parse_args(argv)  # argparse's own errors exit 2 before the ladder
@@ -17,12 +18,15 @@ from __future__ import annotations
 import errno
 import signal
 import sys
+import threading
 from collections.abc import Callable
+from types import FrameType
 
 from eval.files import describe_os_error
 
 EXIT_REFUSED = 2
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for a Ctrl-C'ed program
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, what a shell reports for a SIGTERM'ed program
 INTERRUPTED = "interrupted: every file written so far is kept whole"
 # errors only a write meets; any other (a missing file, no permission) may be a read's too
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG})
@@ -61,6 +65,39 @@ def refused(
         return error(f"{prefix}{os_error_line(e)}")
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt: everything that lets a Ctrl-C
+    through (asyncio, a sweep's cells) lets it through too."""
+
+
+_sigterm = threading.Event()  # set by a SIGTERM, which some code (asyncio's runner) re-raises
+# as a plain KeyboardInterrupt
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Ctrl-C's own handler first (a run's stops an embedded model's generation), then the
+    # same exception with the signal's name on it
+    _sigterm.set()
+    on_sigint = signal.getsignal(signal.SIGINT)
+    try:
+        if callable(on_sigint):
+            on_sigint(signal.SIGINT, frame)
+    except KeyboardInterrupt:
+        pass
+    raise Terminated
+
+
+def _catch_sigterm() -> Callable[[], None]:
+    """Handle SIGTERM as Ctrl-C while a command runs; what puts the previous handler back.
+    Signals are the main thread's: elsewhere (a command called from a worker) nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    _sigterm.clear()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def command(
     body: Callable[[], int],
     *,
@@ -71,12 +108,18 @@ def command(
     """Run ``body`` and turn what it raises into one line and an exit status.
 
     ``refusals`` are refused like ValueErrors; ``interrupted`` says what a Ctrl-C keeps (its
-    return value is the exit status); ``prefix`` starts every error line.
+    return value is the exit status); ``prefix`` starts every error line. A SIGTERM is a
+    Ctrl-C whose exit status is 143.
     """
+    restore = _catch_sigterm()
     try:
         return refused(body, refusals=refusals, prefix=prefix)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         if interrupted is not None:
-            return interrupted()
-        print(INTERRUPTED, file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+            status = interrupted()
+        else:
+            print(INTERRUPTED, file=sys.stderr, flush=True)
+            status = EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(stop, Terminated) or _sigterm.is_set() else status
+    finally:
+        restore()

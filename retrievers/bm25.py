@@ -31,16 +31,18 @@ scores above 0 there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import shutil
 import sys
+import time
 import zipfile
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,7 +185,7 @@ def build_bm25(
     texts = [corpus[d] for d in doc_ids]
     fingerprint = index_fingerprint(doc_ids, texts, method, params)
     path = Path(cache_dir) / f"bm25-{fingerprint[:24]}" if cache_dir is not None else None
-    if path is not None and path.exists():
+    if path is not None and os.path.lexists(path):  # a file or dangling link in the way too
         index = load_index(path, fingerprint)
         if index is not None:
             return index
@@ -331,6 +333,8 @@ def lucene_norm_length(dl: np.ndarray) -> np.ndarray:
 
 
 # --- on-disk cache: a directory per fingerprint holding index.npz and meta.json ---
+# meta.json's checksum covers the arrays and the rest of meta.json, so an index that was
+# edited (meta.json's avgdl, say) is rebuilt rather than silently scoring otherwise.
 
 
 def save_index(index: BM25Index, path: Path) -> None:
@@ -339,19 +343,8 @@ def save_index(index: BM25Index, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = create_temp_dir(path.parent, prefix=f".{path.name}.")  # umask mode, not 0700
     try:
-        vocab_blob, vocab_offsets = _pack_strings(list(index.vocab))
-        ids_blob, ids_offsets = _pack_strings(index.doc_ids)
-        np.savez(
-            tmp / "index.npz",
-            data=index.postings.data,
-            indices=index.postings.indices,
-            indptr=index.postings.indptr,
-            idf=index.idf,
-            vocab_blob=vocab_blob,
-            vocab_offsets=vocab_offsets,
-            ids_blob=ids_blob,
-            ids_offsets=ids_offsets,
-        )
+        arrays = _arrays(index)
+        np.savez(tmp / "index.npz", **arrays)
         meta = {
             "format": FORMAT_VERSION,
             "fingerprint": index.fingerprint,
@@ -361,25 +354,62 @@ def save_index(index: BM25Index, path: Path) -> None:
             "avgdl": index.avgdl,
             "shape": list(index.postings.shape),
         }
+        meta["checksum"] = _checksum(meta, arrays)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if path.exists():  # a stale or corrupt copy: load_index already refused it
-            shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():  # another process saved the same index meanwhile: keep it
+            return
         os.rename(tmp, path)
-    except OSError:
-        # Another process may have renamed its identical index into place first.
-        logger.warning("could not save BM25 index to %s", path, exc_info=True)
+    except OSError as err:
+        logger.warning("could not save BM25 index to %s (%s)", path, err)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _arrays(index: BM25Index) -> dict[str, np.ndarray]:
+    """What index.npz holds."""
+    vocab_blob, vocab_offsets = _pack_strings(list(index.vocab))
+    ids_blob, ids_offsets = _pack_strings(index.doc_ids)
+    return {
+        "data": index.postings.data,
+        "indices": index.postings.indices,
+        "indptr": index.postings.indptr,
+        "idf": index.idf,
+        "vocab_blob": vocab_blob,
+        "vocab_offsets": vocab_offsets,
+        "ids_blob": ids_blob,
+        "ids_offsets": ids_offsets,
+    }
+
+
+def _checksum(meta: Mapping[str, object], arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over meta.json (but its checksum) and every array's name, dtype, shape and
+    bytes: the cheapest check that catches any edit, however well formed."""
+    digest = hashlib.sha256()
+    rest = {key: value for key, value in meta.items() if key != "checksum"}
+    digest.update(json.dumps(rest, sort_keys=True).encode())
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"\n{name} {array.dtype.str} {array.shape}\n".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
 def load_index(path: Path, fingerprint: str) -> BM25Index | None:
-    """The index cached at ``path``, or None (with a warning) if it is unreadable or stale."""
+    """The index cached at ``path``, or None if it is unreadable, stale or edited: then it is
+    moved aside (``<path>.corrupt-<time>-<pid>``) with one warning, for the caller to rebuild."""
+    path = Path(path)
     try:
-        meta = json.loads((Path(path) / "meta.json").read_text())
+        if not path.is_dir():
+            raise ValueError("not a folder")
+        meta = json.loads((path / "meta.json").read_text())
         if meta["format"] != FORMAT_VERSION or meta["fingerprint"] != fingerprint:
             raise ValueError("cached index belongs to a different corpus or version")
-        with np.load(Path(path) / "index.npz", allow_pickle=False) as npz:
+        with np.load(path / "index.npz", allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
+        if "checksum" not in meta:
+            raise ValueError("no checksum in its meta.json (an older version wrote it)")
+        if meta["checksum"] != _checksum(meta, arrays):
+            raise ValueError("its contents do not match the checksum in its meta.json")
         n_terms, n_docs = meta["shape"]
         vocab_list = _unpack_strings(arrays["vocab_blob"], arrays["vocab_offsets"])
         doc_ids = _unpack_strings(arrays["ids_blob"], arrays["ids_offsets"])
@@ -390,7 +420,9 @@ def load_index(path: Path, fingerprint: str) -> BM25Index | None:
         )
         postings.check_format(full_check=True)
     except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile) as err:
-        logger.warning("rebuilding BM25 index: cache at %s unusable (%s)", path, err)
+        aside = _move_aside(path)
+        kept = f"; moved to {aside.name}" if aside is not None else ""
+        logger.warning("rebuilding BM25 index: cache at %s unusable (%s)%s", path, err, kept)
         return None
     vocab = {term: i for i, term in enumerate(vocab_list)}
     return BM25Index(
@@ -403,6 +435,17 @@ def load_index(path: Path, fingerprint: str) -> BM25Index | None:
         arrays["idf"],
         meta["avgdl"],
     )
+
+
+def _move_aside(path: Path) -> Path | None:
+    """Rename an unusable cache entry out of the way (kept, as the LLM cache keeps its own, for
+    whoever edited it); None when it could not be (another process moved it first)."""
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}-{os.getpid()}")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return None
+    return aside
 
 
 def _pack_strings(strings: list[str]) -> tuple[np.ndarray, np.ndarray]:

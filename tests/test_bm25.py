@@ -1,5 +1,6 @@
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +209,63 @@ def test_corrupt_cache_is_rebuilt(tmp_path, count_analysis, damage):
     build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
     assert sum(count_analysis) == 6  # and the repaired cache is used
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp leftovers
+
+
+def _cache_entries(folder: Path) -> list[str]:
+    return sorted(p.name.split(".corrupt-")[0] + (".corrupt" if ".corrupt-" in p.name else "")
+                  for p in folder.iterdir())  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", ["avgdl", "params", "idf", "data"])
+def test_an_edited_cache_is_moved_aside_and_rebuilt(tmp_path, count_analysis, caplog, edit):
+    """Well-formed edits (meta.json's avgdl, say) once changed the scores silently."""
+    fresh = build_bm25(CORPUS, progress=False)
+    build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    folder = tmp_path / f"bm25-{fresh.fingerprint[:24]}"
+    if edit in ("avgdl", "params"):
+        meta = json.loads((folder / "meta.json").read_text())
+        meta["avgdl"] *= 2
+        meta["params"]["b"] = 0.9 if edit == "params" else meta["params"]["b"]
+        (folder / "meta.json").write_text(json.dumps(meta))
+    else:
+        with np.load(folder / "index.npz") as npz:
+            arrays = {name: npz[name] for name in npz.files}
+        arrays[edit] = arrays[edit] * 2
+        np.savez(folder / "index.npz", **arrays)
+    caplog.clear()
+    rebuilt = build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    assert sum(count_analysis) == 9  # analysed again (after the fresh build and the cached)
+    [line] = [r for r in caplog.records if r.name == bm25.logger.name]
+    assert "rebuilding BM25 index" in line.message and "checksum" in line.message
+    assert line.exc_info is None  # one line, no traceback
+    assert rebuilt.search("cholesterol infarction") == fresh.search("cholesterol infarction")
+    assert _cache_entries(tmp_path) == [folder.name, f"{folder.name}.corrupt"]  # kept aside
+    caplog.clear()
+    again = build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    assert sum(count_analysis) == 9 and not caplog.records  # the new cache holds
+    assert again.search("cholesterol infarction") == fresh.search("cholesterol infarction")
+    assert again.avgdl == fresh.avgdl
+
+
+@pytest.mark.parametrize("in_the_way", ["file", "dangling link"])
+def test_a_cache_folder_replaced_by_a_file_is_recovered_once(tmp_path, caplog, in_the_way):
+    """A file where the index folder was made every later run print a traceback and rebuild."""
+    good = build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    folder = tmp_path / f"bm25-{good.fingerprint[:24]}"
+    shutil.rmtree(folder)
+    if in_the_way == "file":
+        folder.write_text("not an index")
+    else:
+        folder.symlink_to(tmp_path / "nowhere")
+    caplog.clear()
+    rebuilt = build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    assert rebuilt.search("cholesterol") == good.search("cholesterol")
+    [line] = caplog.records
+    assert "rebuilding BM25 index" in line.message and line.exc_info is None
+    assert folder.is_dir() and _cache_entries(tmp_path) == [folder.name, f"{folder.name}.corrupt"]
+    caplog.clear()
+    build_bm25(CORPUS, cache_dir=tmp_path, progress=False)
+    assert not caplog.records  # recovered once: the next run is quiet
 
 
 def test_search_many_is_a_run(tmp_path):

@@ -31,8 +31,7 @@ def test_auto_takes_the_cores_the_concurrency_allows(machine):
     machine(8, BIG)
     assert pool_plan(MODEL, concurrency=4) == PoolPlan(4, 1, 2, "auto: 8 cores, concurrency 4")
     assert pool_plan(MODEL, concurrency=1).instances == 1  # one query at a time: one instance
-    assert pool_plan(MODEL, requested=3, concurrency=1) == PoolPlan(3, 1, 2,
-                                                                    "--local-instances 3")
+    assert pool_plan(MODEL, requested=3, concurrency=4) == PoolPlan(3, 1, 2, "--local-instances 3")
 
 
 def test_one_core_or_little_memory_gets_one_instance_and_says_why(machine):
@@ -46,8 +45,39 @@ def test_one_core_or_little_memory_gets_one_instance_and_says_why(machine):
     plan = pool_plan(MODEL, concurrency=4)
     assert plan.instances == 2 and "GiB available holds 2" in plan.reason
     machine(4, local.HEADROOM_BYTES + each // 2)  # room for none but the first
-    plan = pool_plan(MODEL, requested=4)
-    assert plan.instances == 1 and "holds 1" in plan.reason
+    plan = pool_plan(MODEL, requested=4, concurrency=4)
+    assert plan.instances == 1 and plan.reason.endswith("GiB available holds 1")
+
+
+def test_a_requested_count_beyond_the_cores_or_the_calls_is_lowered_and_said(machine, capsys):
+    machine(2, BIG)  # memory for far more: only the cores hold it back
+    plan = pool_plan(MODEL, requested=64, concurrency=4)
+    why = "--local-instances 64 lowered to 2: no more than the cores (2)"
+    assert plan == PoolPlan(2, 1, 1, why)
+    assert capsys.readouterr().err == f"note: {why}\n"  # one line, naming the flag and cap
+    machine(8, BIG)
+    plan = pool_plan(MODEL, requested=64, concurrency=4, queries=2)
+    assert plan.instances == 2 and plan.reason.endswith("no more than the queries (2)")
+    plan = pool_plan(MODEL, requested=8, concurrency=1)
+    assert plan.instances == 1 and plan.reason.endswith("no more than the --concurrency (1)")
+    assert len(capsys.readouterr().err.splitlines()) == 2
+    assert pool_plan(MODEL, requested=2, concurrency=2).reason == "--local-instances 2"
+    assert pool_plan(MODEL, concurrency=64).instances == 8  # auto: the cores, said nowhere
+    assert capsys.readouterr().err == ""
+
+
+def test_a_lowered_count_is_recorded_in_the_run_config(machine, tmp_path, capsys):
+    machine(2, BIG)  # as on the 2-core machine where 64 were once started for 2 queries
+    argv = ["--agent", "hyde", "--model", MODEL, "--limit", "2", "--max-tokens", "8",
+            "--cache", "off", "--local-instances", "64", "--runs-dir", str(tmp_path),
+            "--run-name", "r", "--quiet"]  # fmt: skip
+    assert run_main(argv) == 0
+    why = "--local-instances 64 lowered to 2: no more than the cores (2)"
+    assert f"note: {why}\n" in capsys.readouterr().err
+    config = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert config["machine"]["local_pool"][MODEL] == {
+        "instances": 2, "n_threads": 1, "n_threads_batch": 1, "reason": why,
+    }  # fmt: skip
 
 
 PROMPTS = [

@@ -24,9 +24,11 @@ import litellm
 import pytest
 
 import agents.llm.client
+from agents.interrupt import MESSAGE
 from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
+from eval.cli import INTERRUPTED
 
 N_QUERIES = 30
 TASK = "gen"  # the generated task's folder name, hence its name in run folders
@@ -391,3 +393,95 @@ def test_a_rejected_key_stops_the_run_in_one_line(driver, task, tmp_path):
     assert sorted(rankings(tmp_path / "runs" / "r")) == ["q0", "q1"]  # finished ones are kept
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert [p for p in written if OPENAI_KEY.encode() in p.read_bytes()] == []
+
+
+# --- 7. SIGTERM ----------------------------------------------------------------------------------
+
+# `python -m agents.run` itself (its __main__ and exit path), the model scripted, slow enough
+# to be stopped mid-run
+AS_MODULE = """
+import json, runpy, sys
+
+from agents.llm import scripted
+
+spec = json.loads(sys.argv[1])
+scripted.install(lambda messages, params: "A passage on organ1 and pathway2.", spec["latency"])
+sys.argv = ["agents.run", *sys.argv[2:]]
+runpy.run_module("agents.run", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_sigterm_ends_a_run_like_ctrl_c_with_exit_143(driver, task, tmp_path):
+    """A SIGTERM (kill, a scheduler, a container stop) once ended a run with no line at all."""
+    script = tmp_path / "as_module.py"
+    script.write_text(AS_MODULE)
+    args = run_args(task, tmp_path / "runs", tmp_path / "cache", "--concurrency", "1")
+    answers = tmp_path / "runs" / "r" / TASK / "queries.jsonl"
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}  # as spawn's: no fetch
+    proc = subprocess.Popen([sys.executable, str(script), json.dumps({"latency": 0.2}), *args],
+                            stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 300  # the child may start slowly on a busy machine
+    while not (answers.exists() and len(answers.read_text().splitlines()) >= 2):
+        assert proc.poll() is None, "the run ended before it could be stopped"
+        assert time.monotonic() < deadline, "no answers appeared"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)  # bounded: no stuck thread keeps it alive
+    assert proc.returncode == 143, err[-2000:]
+    assert err.strip() == MESSAGE, err[-3000:]  # one line (--quiet: nothing else is printed)
+    kept = answers.read_text().splitlines()
+    assert 2 <= len(kept) < N_QUERIES and all(json.loads(r)["error"] is None for r in kept)
+    # the same command resumes: what was kept stays as it was
+    scripted.install(lambda messages, params: "A passage on organ1 and pathway2.")
+    assert main(args) == 0
+    after = answers.read_text().splitlines()
+    assert after[: len(kept)] == kept and len(after) == N_QUERIES
+
+
+def _terminate_self() -> int:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)  # the handler raises before this ends
+    raise AssertionError("SIGTERM was not handled")
+
+
+@pytest.mark.parametrize(
+    "module, argv, body",
+    [
+        ("agents.run", [], "_run"),
+        ("agents.rerank", ["some-run", "--rerank", "llm-listwise"], "_rerank"),
+        ("agents.sweep", ["sweep.toml"], "load_sweep"),
+        ("eval.score", ["--qrels", "qrels.tsv", "run.trec"], "_score"),
+    ],
+)
+def test_every_entry_point_takes_sigterm_as_ctrl_c(module, argv, body, monkeypatch, capsys):
+    entry = importlib.import_module(module + (".__main__" if module == "agents.rerank" else ""))
+    monkeypatch.setattr(entry, body, lambda *args: _terminate_self())
+    before = signal.getsignal(signal.SIGTERM)
+    assert entry.main(argv) == 143
+    line = MESSAGE if module.startswith("agents") else INTERRUPTED
+    assert capsys.readouterr().err == line + "\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # put back once the command is done
+
+
+def test_sigterm_inside_asyncio_run_is_still_143(capsys):
+    """asyncio's runner, Ctrl-C's handler in a command with none of its own (the MCP server),
+    cancels the main task and raises a plain KeyboardInterrupt: still 143, the same line."""
+    import asyncio
+
+    from eval.cli import command
+
+    async def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(30)
+        except KeyboardInterrupt:
+            pass  # swallowed, as uvicorn's shutdown does: the runner's cancellation ends it
+        await asyncio.sleep(30)
+        raise AssertionError("SIGTERM was not handled")
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # asyncio's to replace
+    try:
+        assert command(lambda: asyncio.run(body())) == 143
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert capsys.readouterr().err == INTERRUPTED + "\n"

@@ -416,26 +416,61 @@ def pool_plan(
     requested: int | None = None,
     concurrency: int = 1,
     n_ctx: int | None = None,
+    queries: int | None = None,
 ) -> PoolPlan:
     """The instances a run starts for a model: ``requested`` (None: as many as the cores and
-    the run's concurrency allow), never more than the available memory holds."""
+    the run's concurrency allow), never more than the cores, the calls in flight (the
+    concurrency, the run's ``queries``) or the available memory allow. A requested count that
+    is lowered is said in one line on stderr, and the plan's reason says why."""
     short, model = _lookup(name)
     cores = cpu_count()
-    wanted = requested if requested is not None else min(cores, concurrency)
-    why = (f"--local-instances {requested}" if requested is not None
-           else f"auto: {cores} cores, concurrency {concurrency}")  # fmt: skip
+    wanted, limits = _capped(requested, cores, concurrency, queries)
     available = memory_available()
     if wanted > 1 and available is not None:
         each = instance_bytes(model_file(short, cache_dir), n_ctx or model.n_ctx)
         fits = max(1, (available - HEADROOM_BYTES) // each)
         if fits < wanted:
             wanted = int(fits)
-            why += f"; memory: {available / 2**30:.1f} GiB available holds {fits}"
+            limits.append(f"memory: {available / 2**30:.1f} GiB available holds {fits}")
+    why = _reason(requested, wanted, cores, concurrency, queries, limits)
+    if requested is not None and wanted < requested:
+        # 64 instances on 2 cores once took 19 GB and 52 s to do what one did in 14 s
+        print(f"note: {why}", file=sys.stderr, flush=True)
     if wanted <= 1:
         return dataclasses.replace(SINGLE, reason=why if cores > 1 else f"{why} (1 core)")
     # generation runs one thread per instance (two stall here, see N_THREADS); prompts share
     # the cores between the instances
     return PoolPlan(wanted, 1, max(1, cores // wanted), why)
+
+
+def _capped(
+    requested: int | None, cores: int, concurrency: int, queries: int | None
+) -> tuple[int, list[str]]:
+    """The instances the cores and the calls in flight allow, and what lowered a requested
+    count: an instance beyond the cores only contends for them, and one beyond the calls in
+    flight never runs."""
+    bounds = {"cores": cores, "--concurrency": concurrency}
+    if queries is not None:
+        bounds["queries"] = max(1, queries)
+    cap = min(bounds.values())
+    if requested is None or requested <= cap:
+        return requested or cap, []
+    binding = " and ".join(f"{what} ({n})" for what, n in bounds.items() if n == cap)
+    return cap, [f"no more than the {binding}"]
+
+
+def _reason(
+    requested: int | None, wanted: int, cores: int, concurrency: int, queries: int | None,
+    limits: list[str],
+) -> str:  # fmt: skip
+    """Why a pool has ``wanted`` instances, in words (config.json's machine.local_pool)."""
+    if requested is None:
+        why = f"auto: {cores} cores, concurrency {concurrency}"
+        why += f", {queries} queries" if queries is not None else ""
+        return "; ".join([why, *limits])  # only memory lowers an automatic count
+    if wanted >= requested:
+        return f"--local-instances {requested}"
+    return f"--local-instances {requested} lowered to {wanted}: " + "; ".join(limits)
 
 
 @dataclass
