@@ -306,7 +306,31 @@ def test_continue_mode_through_the_server_equals_the_in_process_run(
     assert continued, "no call continued a partial turn"
     for q in local:
         assert served[q]["ranking"] == local[q]["ranking"]
-    assert len(server.completions_endpoint()) - before == len(llm_steps(served))
+    # each call and, before it, the one-token request that leaves it nothing to reuse
+    assert len(server.completions_endpoint()) - before == 2 * len(llm_steps(served))
+
+
+def test_served_runs_equal_the_in_process_run_whatever_the_server_ran_before(qwen_server, tmp_path):
+    """Search-R1 with several queries in flight, twice, in different orders (2 then 4 in
+    flight, the second run after the first's last request): every call's output is the
+    in-process run's. llama-cpp-python's server reuses the prefix a prompt shares with the
+    previous request and evaluates only the rest; without the reset request before each call
+    (serving.FreshPrompts) the same run differed on 1 of 2 queries."""
+    model = "qwen2.5-coder-0.5b"
+    template = gguf_template(model, tmp_path)
+    flags = ["--limit", "4"]
+    local = agent_run(tmp_path, "local", "search-r1", *flags, "--model", f"local/{model}")
+    continued = [m for *_, m, _ in llm_steps(local) if json.loads(m)[-1]["role"] == "assistant"]
+    assert continued, "no call continued a partial turn"
+    for concurrency in ("2", "4"):
+        served = agent_run(
+            tmp_path, f"served-{concurrency}", "search-r1", *flags, "--concurrency", concurrency,
+            "--model", f"openai/{SERVED}", "--api-base", qwen_server.url, "--server", "llamacpp",
+            "--chat-template", str(template),
+        )  # fmt: skip
+        assert llm_steps(served) == llm_steps(local), f"--concurrency {concurrency}"
+        for q in local:
+            assert served[q]["ranking"] == local[q]["ranking"]
 
 
 def test_tool_search_through_the_server_equals_the_in_process_run(qwen_server, tmp_path):

@@ -35,12 +35,20 @@ TEMPLATE = (
 )
 
 
-@pytest.fixture
-def capture():
-    """An OpenAI-compatible endpoint that records each request's path and JSON body."""
+def _capturing_server(props: dict | None):
+    """An OpenAI-compatible endpoint that records each request's path and JSON body; it
+    answers ``GET /props`` with ``props`` as llama.cpp's llama-server does (None: 404, as
+    llama-cpp-python's server does)."""
     seen: list[tuple[str, dict]] = []
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            seen.append((self.path, {}))
+            if self.path != "/props" or props is None:
+                self.send_error(404)
+                return
+            self._reply(json.dumps(props).encode())
+
         def do_POST(self):  # noqa: N802 (http.server's name)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append((self.path, body))
@@ -49,11 +57,13 @@ def capture():
                           "message": {"role": "assistant", "content": "ok"}}  # fmt: skip
             else:
                 choice = {"index": 0, "finish_reason": "stop", "text": "ok", "logprobs": None}
-            reply = json.dumps({
+            self._reply(json.dumps({
                 "id": "x", "object": "chat.completion", "created": 0, "model": "m",
                 "choices": [choice],
                 "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-            }).encode()  # fmt: skip
+            }).encode())  # fmt: skip
+
+        def _reply(self, reply: bytes) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply)))
@@ -69,6 +79,18 @@ def capture():
     yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def capture():
+    """llama-cpp-python's server, or any server without ``GET /props``."""
+    yield from _capturing_server(None)
+
+
+@pytest.fixture
+def llama_server():
+    """llama.cpp's llama-server: it reports its chat template at ``GET /props``."""
+    yield from _capturing_server({"chat_template": TEMPLATE})
 
 
 def ask(url: str, messages: list[dict], **client) -> None:
@@ -95,19 +117,64 @@ def test_a_generic_api_is_never_sent_continue_fields(capture):
     assert path == "/v1/chat/completions" and "continue_final_message" not in body
 
 
+def posts(seen: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    return [(path, body) for path, body in seen if body]
+
+
 def test_llamacpp_gets_the_rendered_prompt_on_the_completions_endpoint(capture, tmp_path):
     url, seen = capture
     template = tmp_path / "t.jinja"
     template.write_text(TEMPLATE)
     ask(url, PARTIAL, server="llamacpp", chat_template=str(template))
     ask(url, FRESH, server="llamacpp", chat_template="chatml")  # built-in ChatML
-    (path, body), (_, fresh) = seen
+    (_, reset), (path, body), (_, reset_fresh), (_, fresh) = posts(seen)
     assert path == "/v1/completions"
     expected = render_chatml(PARTIAL, "You are a helpful assistant.")
     assert body["prompt"] == expected and body["prompt"].endswith("</information>\n\n")
     assert fresh["prompt"] == render_chatml(FRESH)
     assert (body["top_k"], body["min_p"], body["repeat_penalty"]) == (0, 0.0, 1.0)
     assert body["stop"] == ["</search>"] and "messages" not in body
+    assert body["cache_prompt"] is False and fresh["cache_prompt"] is False
+    # llama-cpp-python's server ignores cache_prompt: a one-token request whose first token
+    # differs from the prompt's goes before each call, so nothing of the previous one is kept
+    for before, call in ((reset, body), (reset_fresh, fresh)):
+        assert before["prompt"] == "\n" != call["prompt"][0]
+        assert before["max_tokens"] == 1 and not before.get("stop")
+        assert {k: v for k, v in before.items() if k not in ("prompt", "max_tokens", "stop")} == {
+            k: v for k, v in call.items() if k not in ("prompt", "max_tokens", "stop")
+        }
+
+
+def test_a_llama_server_is_asked_not_to_reuse_a_cached_prompt_and_gets_no_reset(llama_server):
+    """llama-server honours cache_prompt: false; its slots run in parallel, so nothing is
+    sent between the calls, and its template is read once, from /props."""
+    url, seen = llama_server
+
+    async def three_in_flight() -> None:
+        llm = LLM(model="openai/m", api_base=url, server="llamacpp")
+        await asyncio.gather(*(llm.chat(m, temperature=0) for m in (PARTIAL, FRESH, PARTIAL)))
+
+    asyncio.run(three_in_flight())
+    calls = posts(seen)
+    assert len(calls) == 3 and all(body["cache_prompt"] is False for _, body in calls)
+    assert sorted(body["prompt"] for _, body in calls) == sorted(
+        [render_chatml(PARTIAL, "You are a helpful assistant.")] * 2
+        + [render_chatml(FRESH, "You are a helpful assistant.")]
+    )
+
+
+def test_the_reset_request_differs_from_the_prompt_in_its_first_character():
+    from agents.llm.serving import fresh_call, reset_call
+
+    call = {"prompt": "\nhello", "max_tokens": 9, "logprobs": 2, "stop": ["x"], "top_p": 1}
+    assert reset_call(call) == {"prompt": " ", "max_tokens": 1, "logprobs": None,
+                                "stop": None, "top_p": 1}  # fmt: skip
+    assert reset_call({**call, "prompt": "<|im_start|>"})["prompt"] == "\n"
+    assert fresh_call({"prompt": "p", "extra_body": {"top_k": 0}})["extra_body"] == {
+        "cache_prompt": False, "top_k": 0
+    }  # fmt: skip
+    asked = {"prompt": "p", "extra_body": {"cache_prompt": True}}
+    assert fresh_call(asked)["extra_body"] == {"cache_prompt": True}  # the caller's word wins
 
 
 def test_a_jinja_file_renders_as_transformers_renders_a_tokenizer_folder(tmp_path):

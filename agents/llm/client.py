@@ -34,7 +34,6 @@ import dataclasses
 import email.utils
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,14 +54,16 @@ from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.serving import (
     CHAT_CONTINUING,
     ChatTemplate,
+    FreshPrompts,
     continues_turns,
+    fresh_call,
     load_template,
     replicas,
     resolve_server,
     server_template,
 )
 from agents.llm.tool_text import ToolCall, parse_tool_calls, tool_names
-from agents.secrets import NO_KEY_PLACEHOLDER, public_url
+from agents.secrets import NO_KEY_PLACEHOLDER, is_credential_name, public_url
 from eval.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,6 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
     litellm.BadGatewayError,
 )
 
-
-# Which of litellm's "missing" environment variables are credentials (it also reports
-# *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ... that have defaults or are not secrets).
-_CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 # Providers whose SDKs find credentials beyond environment variables (AWS config files and
 # instance roles, Azure AD and managed identities, Google ADC): an unset variable proves
@@ -144,7 +141,8 @@ def missing_key_variables(model: str) -> list[str]:
     if provider is None or _is_custom(provider) or provider in _AMBIENT_CREDENTIALS:
         return []
     missing = litellm.validate_environment(model=model)["missing_keys"]
-    return [name for name in missing if _CREDENTIAL_NAME.search(name)]
+    # litellm also reports *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ...: not secrets
+    return [name for name in missing if is_credential_name(name)]
 
 
 def key_variables(model: str) -> list[str]:
@@ -162,7 +160,7 @@ def key_variables(model: str) -> list[str]:
     present = sorted(
         name
         for name in os.environ
-        if _CREDENTIAL_NAME.search(name) and name.replace("_", "").upper().startswith(stem)
+        if is_credential_name(name) and name.replace("_", "").upper().startswith(stem)
     )
     return present or [f"{provider.upper()}_API_KEY"]
 
@@ -287,6 +285,9 @@ class LLM:
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
     _router: Any = field(default=None, init=False, repr=False, compare=False)
+    _fresh: FreshPrompts = field(
+        default_factory=FreshPrompts, init=False, repr=False, compare=False
+    )
     _local_ready: bool = field(default=False, init=False, repr=False, compare=False)
     _limiter: AsyncLimiter | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -527,8 +528,14 @@ class LLM:
             kwargs.pop("tool_choice", None)
             call = dict(prompt=self._template.render(messages, tools), stop=stop, **kwargs)
             if len(urls) > 1:
-                return await self._replicas(urls).atext_completion(model=ROUTED, **call)
-            return await litellm.atext_completion(model=self.model, api_base=self.api_base, **call)
+                return await self._replicas(urls).atext_completion(model=ROUTED, **fresh_call(call))
+
+            def sender(c: dict) -> Any:
+                return litellm.atext_completion(model=self.model, api_base=self.api_base, **c)
+
+            # every prompt evaluated afresh, as local/ does: the answer cannot depend on what
+            # the server ran before (serving.FreshPrompts)
+            return await self._fresh.send(urls[0], call, sender)
         call = dict(messages=messages, stop=stop, **kwargs)
         if len(urls) > 1:
             return await self._replicas(urls).acompletion(model=ROUTED, **call)

@@ -23,13 +23,19 @@ is rendered the way transformers renders it, so the two give the same text. Tool
 ``tool-search`` agent) are rendered by a template that knows them (Qwen's, as the GGUF carries
 it) and written in as text otherwise; the calls are read back from the completion's text
 (agents/llm/tool_text.py).
+
+Every prompt on the completions path is evaluated afresh, as the embedded provider evaluates it
+(agents/llm/local.py), so that an answer does not depend on which request the server ran
+before it (``FreshPrompts``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +109,79 @@ class ChatTemplate:
 
 
 SERVER_TEMPLATE_TIMEOUT_S = 10.0
+
+# llama.cpp's llama-server keeps each slot's KV cache and evaluates only the part of a prompt
+# that the slot's previous one does not share; asked not to, it evaluates the whole prompt
+CACHE_PROMPT_OFF = {"cache_prompt": False}
+
+
+def fresh_call(call: dict[str, Any]) -> dict[str, Any]:
+    """The completion request ``call`` with ``cache_prompt: false`` in its body (a field the
+    caller set wins)."""
+    return {**call, "extra_body": {**CACHE_PROMPT_OFF, **(call.get("extra_body") or {})}}
+
+
+def reset_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A request like ``call`` that leaves nothing for ``call`` to reuse: a one-character
+    prompt whose first token differs from ``call``'s (a token's text starts with the
+    prompt's first character), one token, no logprobs, no stop."""
+    first = " " if call["prompt"].startswith("\n") else "\n"
+    return {**call, "prompt": first, "max_tokens": 1, "logprobs": None, "stop": None}
+
+
+@dataclass
+class FreshPrompts:
+    """Makes a llama.cpp server evaluate every prompt from its first token, as the embedded
+    provider does, so that what ran before a request cannot change its answer.
+
+    llama-cpp-python's server (``python -m llama_cpp.server``) has one context and no way to
+    ask for this: ``Llama.generate`` keeps the longest prefix the new prompt shares with the
+    previous request's tokens (its prompt and its output) and evaluates only the rest, in
+    batches that start where the prefix ends, not where a fresh evaluation's start; the
+    matrix kernels round differently for other batch shapes, enough to change a greedy
+    continuation. It ignores ``cache_prompt``. A tiny request whose first token differs from
+    the prompt's leaves no shared prefix, so the request after it is evaluated afresh; the two
+    are sent back to back, one pair at a time per server (it runs one request at a time
+    anyway).
+
+    llama.cpp's own ``llama-server`` (it answers ``GET /props``) honours ``cache_prompt:
+    false``, which every request carries, and gets no reset request: its slots stay parallel.
+    Replicas behind litellm's Router get ``cache_prompt: false`` alone: the Router could send
+    a reset and its call to two replicas."""
+
+    _resets: dict[str, bool] = field(default_factory=dict)  # by URL: needs reset requests
+    _locks: dict[tuple[int, str], asyncio.Lock] = field(default_factory=dict)
+
+    async def send(
+        self, url: str, call: dict[str, Any], sender: Callable[[dict[str, Any]], Awaitable[Any]]
+    ) -> Any:
+        """``sender(call)``'s answer, ``call`` evaluated afresh on the server at ``url``."""
+        call = fresh_call(call)
+        if url not in self._resets:  # asked once per server; a second asker asks again
+            self._resets[url] = not await _answers_props(url)
+        if not self._resets[url]:
+            return await sender(call)
+        async with self._lock(url):  # no other request may come between the pair
+            await sender(reset_call(call))
+            return await sender(call)
+
+    def _lock(self, url: str) -> asyncio.Lock:
+        # an asyncio lock belongs to one event loop; a process may run several in turn
+        key = (id(asyncio.get_running_loop()), url)
+        return self._locks.setdefault(key, asyncio.Lock())
+
+
+async def _answers_props(url: str) -> bool:
+    """Whether the server is llama.cpp's ``llama-server``: it answers ``GET /props``."""
+    import httpx
+
+    root = url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=SERVER_TEMPLATE_TIMEOUT_S) as client:
+            response = await client.get(f"{root}/props")
+        return response.status_code == 200 and isinstance(response.json(), dict)
+    except (httpx.HTTPError, ValueError):
+        return False
 
 
 def server_template(api_base: str | None) -> ChatTemplate:
