@@ -145,7 +145,7 @@ def test_a_reasoning_models_response_is_read_by_its_r2med_name(toy, no_llm, caps
     assert run(toy, "hyde", "--generations", f"r2med:qwq-32b@{toy['gens']}") == 0
     record = records(toy["runs"] / "run")["q3"]
     generate = step(record, "generate")
-    # qwq-32b is in R2MED's r1_model_list (src/base.py L4): the response after </think>
+    # qwq-32b is in R2MED's r1_model_list (src/base.py L5-6): the response after </think>
     assert generate["reasoning"] == "think" and generate["output"].startswith("<think>")
     assert record["generated"]["passage"] == think + HY_DOCS["q3"]
     assert step(record, "retrieve")["request"]["sparse_text"] == HY_DOCS["q3"]
