@@ -366,14 +366,14 @@ def _check_remote_url(url: str, shown: str) -> None:
 def _check_remote_code(part: SpecPart, family: str) -> None:
     """Refuse, when the config is read, a model whose family runs its repository's own code
     (trusting that code is the user's decision: --trust-remote-code)."""
-    from .families import family_for
+    from .families import REMOTE_CODE_OPTION, family_for
 
     chosen = family_for(part.arg, family)
     if chosen.remote_code:
         raise _fail(
             "retriever.spec",
             f"{part.text}: {chosen.name} models run code from their own repository; allow it "
-            "with --trust-remote-code (retriever.dense.trust_remote_code = true)",
+            f"with {REMOTE_CODE_OPTION}",
         )
 
 

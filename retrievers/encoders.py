@@ -43,10 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from .families import Family
+from .families import REMOTE_CODE_OPTION, Family
 
 Encoder = Callable[[list[str], str, str], np.ndarray]  # (texts, instruction, role) -> rows
-REMOTE_CODE_OPTION = "--trust-remote-code (retriever.dense.trust_remote_code = true)"
 GRITLM_INSTALL = "pip install --no-deps gritlm==1.0.2"
 
 

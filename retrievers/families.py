@@ -26,6 +26,8 @@ API_LOADERS = ("openai", "voyage")
 POOLINGS = ("cls", "mean", "last", "last-bmr")
 # "auto": the family the model's name points to
 AUTO = "auto"
+# how a user allows a family whose models run their repository's own code
+REMOTE_CODE_OPTION = "--trust-remote-code (retriever.dense.trust_remote_code = true)"
 
 
 @dataclass(frozen=True)
