@@ -38,6 +38,7 @@ from eval.argtypes import (
     integer_from,
     non_negative_float,
     non_negative_int,
+    on_off,
     one_of,
     optional,
     positive_float,
@@ -85,6 +86,10 @@ class LLMConfig:
     # local/ models: llama.cpp instances serving the calls (None: as many as the cores and the
     # concurrency allow, within the available memory); outputs do not depend on it
     local_instances: int | None = None
+    # local/ models: restore prompt prefixes already evaluated (whole chunks of
+    # agents.llm.prefix_cache.CHUNK tokens) instead of evaluating them again; outputs do not
+    # change
+    local_prefix_reuse: bool = True
 
     def __post_init__(self) -> None:
         for name, checker in (
@@ -98,6 +103,7 @@ class LLMConfig:
             ("concurrency", optional(positive_int)),
             ("rate_limit", optional(positive_float)),
             ("local_instances", optional(positive_int)),
+            ("local_prefix_reuse", on_off),
             ("cache", one_of(CACHE_MODES)),
             ("server", one_of(SERVERS)),
             ("routing", one_of(ROUTINGS)),
@@ -183,6 +189,9 @@ class RunConfig:
     # recorded: sha256 of the chat template prompts are rendered with here (--server llamacpp:
     # the file given, or the one the server reports), as a prompt file's text is recorded
     chat_template_sha256: str | None = None
+    # recorded: local/ model -> what decides its floats besides the request (the chunk its
+    # prompts are evaluated in, agents.llm.prefix_cache), as the chat template is recorded
+    embedded: Mapping[str, Any] = field(default_factory=dict)
     # recorded: task folder -> the index each remote:URL retriever serves it (the server's
     # /health fingerprint: corpus, retriever settings, version), as a prompt's text is recorded
     retriever_index: Mapping[str, Any] = field(default_factory=dict)
@@ -242,6 +251,7 @@ class RunConfig:
         object.__setattr__(self, "prompt_files", dict(self.prompt_files))
         object.__setattr__(self, "prompts", dict(self.prompts))
         object.__setattr__(self, "sampling", dict(self.sampling))
+        object.__setattr__(self, "embedded", dict(self.embedded))
         check_field(self, "reasoning", "", one_of(REASONING_SETTINGS), ConfigError)
         check_field(self, "timeout", "", positive_float, ConfigError)
         object.__setattr__(self, "machine", dict(self.machine))
@@ -330,7 +340,14 @@ def default_run_name(config: RunConfig, variant: str | None = None) -> str:
 # --- serialising ---------------------------------------------------------------------------
 
 RUNTIME = ("runs_dir", "run_name", "cache_dir", "prompt_files", "timeout", "machine")  # not what
-LLM_RUNTIME = ("cache", "concurrency", "rate_limit", "routing", "local_instances")  # how fast
+LLM_RUNTIME = (  # how fast
+    "cache",
+    "concurrency",
+    "rate_limit",
+    "routing",
+    "local_instances",
+    "local_prefix_reuse",
+)
 
 
 def to_dict(cfg: RunConfig) -> dict[str, Any]:
@@ -404,7 +421,7 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     for path in paths:
         top = path.split(".")[0]
         grouped = ("options", "prompts", "rerank", "sampling", "machine", "generation_sha256",
-                   "retriever_index")
+                   "retriever_index", "embedded")
         name = by_path.get(path) or (top if top in grouped else path)
         if top == "options":
             name = path.split(".", 1)[1]
@@ -549,6 +566,13 @@ SETTINGS: dict[str, Setting] = {
         "and --concurrency allow, within the available memory); outputs do not change",
         positive_int,
         metavar="N",
+    ),
+    "local_prefix_reuse": Setting(
+        "llm.local_prefix_reuse",
+        "embedded models: restore prompt prefixes already evaluated, in whole chunks, instead "
+        "of evaluating them again; outputs do not change",
+        on_off,
+        metavar="{on,off}",
     ),
     "depth": Setting("eval.depth", "documents kept per query", positive_int),
     "missing": Setting(

@@ -20,6 +20,7 @@ from typing import Any
 from agents.config import RunConfig, default_run_name, from_dict
 from agents.generations import Generations
 from agents.graphs.context import AgentContext
+from agents.llm.prefix_cache import evaluation_settings
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext
 from eval import runs
@@ -104,6 +105,8 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         config = dataclasses.replace(config, retriever_index=remote_indexes(config, plans))
     prompts = record_prompts(spec, config, plans, source)
     config = dataclasses.replace(config, prompts=prompts, sampling=record_sampling(config, source))
+    embedded = {m: evaluation_settings(m) for m, _ in config.llm_targets()}
+    config = dataclasses.replace(config, embedded={m: s for m, s in embedded.items() if s})
     if config.generations and source is None and dry is None:  # a rerank reads its source's
         read_generations(config, plans, cache_dir)
         config = dataclasses.replace(
@@ -313,6 +316,7 @@ def make_llms(
             timeout=config.timeout,
             dry=dry,
             local_pool=(pools or {}).get(model),
+            local_prefix_reuse=llm.local_prefix_reuse,
         )
         for model, api_base in config.llm_targets()
     }

@@ -81,6 +81,16 @@ def boolean(value: object) -> bool:
     raise CheckError(f"expected true or false, got {value!r}")
 
 
+def on_off(value: object) -> bool:
+    """A setting that is on or off (true or false also read, as a sweep file may give them)."""
+    if isinstance(value, bool):
+        return value
+    words = {"on": True, "true": True, "off": False, "false": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise CheckError(f"expected on or off, got {value!r}")
+
+
 def optional(checker: Callable[[object], object]) -> Callable[[object], object]:
     """``checker`` for a setting that may also be None (unset)."""
     return lambda value: None if value is None else checker(value)

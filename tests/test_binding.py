@@ -63,11 +63,16 @@ UNREACHABLE = "http://127.0.0.1:9/v1"  # never called: a refused run stops befor
 # it silently (its change then resumes a run made with another value), so such a move must
 # change this line too.
 REVIEWED_RUNTIME = {"runs_dir", "run_name", "cache_dir", "prompt_files", "timeout", "machine"}
-REVIEWED_LLM_RUNTIME = {"cache", "concurrency", "rate_limit", "routing", "local_instances"}
+REVIEWED_LLM_RUNTIME = {
+    "cache", "concurrency", "rate_limit", "routing", "local_instances", "local_prefix_reuse",
+}  # fmt: skip
 
 # Fields the run records rather than takes: a refusal caused by another setting may name them
 # too (a new model changes what each node is sent), never instead of the setting itself.
-RECORDED = ("prompts", "sampling", "generation_sha256", "chat_template_sha256", "retriever_index")
+RECORDED = (
+    "prompts", "sampling", "generation_sha256", "chat_template_sha256", "retriever_index",
+    "embedded",
+)  # fmt: skip
 
 
 # --- the fields, from the dataclasses ---------------------------------------------------------
@@ -270,6 +275,12 @@ def _other_index(ctx: Context) -> RunConfig:
     return ctx.scenario.config
 
 
+def _other_chunk(ctx: Context) -> RunConfig:
+    """Embedded models evaluating prompts in other chunks: other floats (prefix_cache.CHUNK)."""
+    ctx.monkeypatch.setattr(agents.plan, "evaluation_settings", lambda model: {"n_batch": 64})
+    return ctx.scenario.config
+
+
 # ChatML as a Jinja chat template: the llamacpp base run's --chat-template file
 CHATML_JINJA = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -316,6 +327,7 @@ RECORDED_CHANGES: dict[str, Callable[[Context], RunConfig]] = {
     "chat_template_sha256": _other_template_text,
     "machine": _other_machine,
     "retriever_index": _other_index,
+    "embedded": _other_chunk,
 }
 
 

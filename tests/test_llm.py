@@ -336,7 +336,7 @@ def test_another_process_sees_the_same_cache(provider, tmp_path):
 def test_local_models_register_their_provider_once(provider, tmp_path, monkeypatch):
     registered: list[Path | None] = []
 
-    def register_local_provider(cache_dir: Path | None) -> None:
+    def register_local_provider(cache_dir: Path | None, prefix_reuse: bool = True) -> None:
         registered.append(cache_dir)
         others = [e for e in litellm.custom_provider_map if e["provider"] != "local"]
         litellm.custom_provider_map = [*others, {"provider": "local", "custom_handler": provider}]

@@ -77,7 +77,22 @@ def test_a_lowered_count_is_recorded_in_the_run_config(machine, tmp_path, capsys
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config["machine"]["local_pool"][MODEL] == {
         "instances": 2, "n_threads": 1, "n_threads_batch": 1, "reason": why,
+        "prefix_bytes": local.PREFIX_MAX_BYTES,
     }  # fmt: skip
+
+
+def test_kept_prefixes_take_a_share_of_the_memory_the_instances_leave(machine):
+    each = local.instance_bytes(local.model_file("smollm2-135m"), local.LOCAL_MODELS[
+        "smollm2-135m"].n_ctx)  # fmt: skip
+    machine(2, local.HEADROOM_BYTES + 2 * each + (400 << 20))
+    plan = pool_plan(MODEL, concurrency=4)
+    assert plan.instances == 2 and plan.prefix_bytes == 100 << 20
+    machine(2, BIG)
+    assert pool_plan(MODEL, concurrency=4).prefix_bytes == local.PREFIX_MAX_BYTES
+    machine(2, local.HEADROOM_BYTES // 2)  # nothing left: no prefix is kept, one instance
+    assert pool_plan(MODEL, concurrency=4).prefix_bytes == 0
+    machine(2, None)  # memory unknown: the default budget
+    assert pool_plan(MODEL, concurrency=4).prefix_bytes == SINGLE.prefix_bytes
 
 
 PROMPTS = [
@@ -123,7 +138,9 @@ def test_a_run_with_two_instances_equals_one_with_one(tmp_path):
     gen2, metrics2, config2 = run(2)
     assert gen2 == gen1 and metrics2 == metrics1
     assert config1["machine"]["local_pool"][MODEL]["instances"] == 1
-    assert config2["machine"]["local_pool"][MODEL] == {
+    recorded = dict(config2["machine"]["local_pool"][MODEL])
+    assert recorded.pop("prefix_bytes") >= 0  # follows this machine's free memory
+    assert recorded == {
         "instances": 2, "n_threads": 1, "n_threads_batch": max(1, local.cpu_count() // 2),
         "reason": "--local-instances 2",
     }  # fmt: skip

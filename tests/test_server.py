@@ -66,6 +66,7 @@ def _answers(url: str) -> bool:
 def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "smollm2-135m"):
     pytest.importorskip("llama_cpp.server.app", reason="llama_cpp.server needs its extras")
     from agents.llm.local import model_file
+    from agents.llm.prefix_cache import CHUNK
 
     log = folder / "server.log"
     # uvicorn cannot report a port it picked itself, so a free port is chosen here; another
@@ -76,7 +77,8 @@ def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "s
             sys.executable, "-m", "llama_cpp.server", "--model", str(model_file(model)),
             "--model_alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", str(n_ctx), "--n_threads", "1", "--n_threads_batch", "2",
-            "--verbose", "False",
+            # evaluated in the embedded provider's chunks, or its floats differ (docs/serving)
+            "--n_batch", str(CHUNK), "--n_ubatch", str(CHUNK), "--verbose", "False",
         ]  # fmt: skip
         if api_key:
             cmd += ["--api_key", api_key]

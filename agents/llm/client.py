@@ -51,6 +51,7 @@ from tenacity import (
 
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
+from agents.llm.prefix_cache import evaluation_settings
 from agents.llm.serving import (
     CHAT_CONTINUING,
     ChatTemplate,
@@ -282,6 +283,8 @@ class LLM:
     # local/ models: the llama.cpp instances that serve it (agents.llm.local.PoolPlan; None:
     # one instance)
     local_pool: Any = field(default=None, compare=False)
+    # local/ models: restore prompt prefixes already evaluated (agents.llm.prefix_cache)
+    local_prefix_reuse: bool = field(default=True, compare=False)
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
     _router: Any = field(default=None, init=False, repr=False, compare=False)
@@ -370,7 +373,7 @@ class LLM:
                 api_base=self.api_base,
                 messages=messages,
                 stop=stop,
-                params=request,
+                params={**request, **evaluation_settings(self.model)},
                 sample=sample,
             )
             if self.cache_mode == "use":
@@ -383,10 +386,8 @@ class LLM:
             # Imported here so that API-only setups never load the local model stack.
             from agents.llm.local import register_local_provider
 
-            if self.local_pool is None:
-                register_local_provider(self.cache_dir)
-            else:
-                register_local_provider(self.cache_dir, pool=self.local_pool)
+            pool = {} if self.local_pool is None else {"pool": self.local_pool}
+            register_local_provider(self.cache_dir, prefix_reuse=self.local_prefix_reuse, **pool)
             self._local_ready = True
 
         start = time.perf_counter()

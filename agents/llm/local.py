@@ -59,7 +59,15 @@ from litellm.types.utils import (
     Usage,
 )
 
-from agents.llm import tool_text
+from agents.llm import prefix_cache, tool_text
+from agents.llm.prefix_cache import (
+    PrefixStore,
+    aligned,
+    common_prefix,
+    load_sequence,
+    reusable,
+    save_sequence,
+)
 from eval.datasets import default_cache_dir
 
 PROVIDER = "local"
@@ -296,6 +304,9 @@ class LoadedModel:
     rng: random.Random  # per-call seeds when the request gives none: reproducible per process
     end_of_turn: frozenset[int]  # EOS and <|im_end|>, on top of llama.cpp's end-of-generation set
     load_seconds: float
+    # the prompt tokens its KV cache holds, whole chunks only (agents.llm.prefix_cache);
+    # None after a call that did not finish
+    live: Any = None
 
 
 @dataclass(frozen=True)
@@ -365,6 +376,10 @@ class PoolPlan:
     n_threads: int  # generation threads per instance
     n_threads_batch: int  # prompt-evaluation threads per instance
     reason: str  # why this many, in words
+    # bytes of evaluated prompt prefixes kept for reuse, shared by the instances
+    # (agents.llm.prefix_cache): a share of the memory left once the instances are counted.
+    # Not compared: it follows the free memory, and a pool is not loaded again for it
+    prefix_bytes: int = dataclasses.field(default=512 << 20, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -373,6 +388,10 @@ class PoolPlan:
 SINGLE = PoolPlan(1, N_THREADS, N_THREADS_BATCH, "one instance")
 HEADROOM_BYTES = 1 << 30  # left free for the rest of the process (retrievers, Python, ...)
 COMPUTE_BYTES = 64 << 20  # llama.cpp's compute buffers per context, rounded up
+# Kept prompt prefixes take a quarter of what the instances leave, at most 2 GiB: the demo's
+# main job keeps ~0.5 GB of them (~10 KB a token), and an evicted prefix is only evaluated again
+PREFIX_SHARE = 4
+PREFIX_MAX_BYTES = 2 << 30
 
 
 def cpu_count() -> int:
@@ -426,21 +445,25 @@ def pool_plan(
     cores = cpu_count()
     wanted, limits = _capped(requested, cores, concurrency, queries)
     available = memory_available()
-    if wanted > 1 and available is not None:
+    prefix_bytes = SINGLE.prefix_bytes
+    if available is not None:
         each = instance_bytes(model_file(short, cache_dir), n_ctx or model.n_ctx)
         fits = max(1, (available - HEADROOM_BYTES) // each)
         if fits < wanted:
             wanted = int(fits)
             limits.append(f"memory: {available / 2**30:.1f} GiB available holds {fits}")
+        left = available - HEADROOM_BYTES - wanted * each
+        prefix_bytes = int(min(PREFIX_MAX_BYTES, max(0, left // PREFIX_SHARE)))
     why = _reason(requested, wanted, cores, concurrency, queries, limits)
     if requested is not None and wanted < requested:
         # 64 instances on 2 cores once took 19 GB and 52 s to do what one did in 14 s
         print(f"note: {why}", file=sys.stderr, flush=True)
     if wanted <= 1:
-        return dataclasses.replace(SINGLE, reason=why if cores > 1 else f"{why} (1 core)")
+        why = why if cores > 1 else f"{why} (1 core)"
+        return dataclasses.replace(SINGLE, reason=why, prefix_bytes=prefix_bytes)
     # generation runs one thread per instance (two stall here, see N_THREADS); prompts share
     # the cores between the instances
-    return PoolPlan(wanted, 1, max(1, cores // wanted), why)
+    return PoolPlan(wanted, 1, max(1, cores // wanted), why, prefix_bytes)
 
 
 def _capped(
@@ -480,10 +503,12 @@ class ModelPool:
     plan: PoolPlan
     instances: list[LoadedModel]
     _free: queue.SimpleQueue = dataclasses.field(default_factory=queue.SimpleQueue)
+    prefixes: PrefixStore = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         for instance in self.instances:
             self._free.put(instance)
+        self.prefixes = PrefixStore(self.plan.prefix_bytes)
 
     @contextlib.contextmanager
     def instance(self) -> Iterator[LoadedModel]:
@@ -536,6 +561,10 @@ def _load_instance(
     llm = Llama(
         model_path=str(path),
         n_ctx=n_ctx,
+        # every prompt is evaluated in chunks of CHUNK tokens, as one micro-batch each: the
+        # chunking decides the floats, and makes evaluated prefixes reusable exactly
+        n_batch=prefix_cache.CHUNK,
+        n_ubatch=prefix_cache.CHUNK,
         n_threads=plan.n_threads,
         n_threads_batch=plan.n_threads_batch,
         seed=seed,
@@ -615,7 +644,7 @@ def generate(
     frequency_penalty: float = 0.0,
     top_k: int = 0,
     repeat_penalty: float = 1.0,
-    reuse_kv_cache: bool = False,
+    prefixes: PrefixStore | None = None,
     logprobs: int | None = None,
 ) -> Generation:
     """A raw completion of `prompt` (special tokens such as <|im_start|> are parsed).
@@ -624,16 +653,17 @@ def generate(
     earliest stop string (which is cut off with everything after it) or after max_tokens.
     Blocks; takes the model's lock.
 
-    `reuse_kv_cache` keeps the part of the previous call's KV cache that the prompt starts
-    with, so a growing conversation is not processed again, but it costs determinism: tokens
-    evaluated in batches of other sizes give slightly different logits, enough to change a
-    greedy continuation. By default every prompt is evaluated afresh, so the same request
-    gives the same text whatever ran before it.
+    Every prompt is evaluated in chunks of prefix_cache.CHUNK tokens from its first, so the
+    same request gives the same text whatever ran before it. With ``prefixes``, the whole
+    chunks it shares with a prompt evaluated before (this instance's own KV cache, or a state
+    kept in the store) are restored instead of evaluated again: bitwise the same KV, so the
+    same text (agents.llm.prefix_cache); its own whole chunks are kept for later calls.
 
     `logprobs` = k asks for each generated token's log-probability and its k likeliest
     alternatives (0: the token's own only); None computes none.
     """
     import llama_cpp
+    import numpy as np
 
     llm = model.llm
     vocab = llm._model.vocab  # private, but the only way to llama.cpp's end-of-generation set
@@ -651,20 +681,23 @@ def generate(
         budget = n_ctx - len(tokens)
         max_tokens = budget if max_tokens is None or max_tokens <= 0 else min(max_tokens, budget)
         llm.set_seed(seed if seed is not None else model.rng.randrange(2**31))
-        if not reuse_kv_cache:
-            llm.reset()  # n_tokens = 0: generate() then finds no prefix to reuse
+        ids = np.asarray(tokens, dtype=np.int32)
+        start = time.perf_counter()
+        keep = _restore(model, ids, prefixes) if prefixes is not None else 0
+        model.live = None  # until this call ends well, the KV cache holds no known prefix
+        llm.n_tokens = keep  # eval() drops the KV cache from here on
 
         out = b""
         scored: list[tuple[int, str, float, list[tuple[str, float]]]] = []  # (start byte, ...)
         n_generated = 0
         finish_reason, stop_reason = "length", None
-        start = time.perf_counter()
         first = None
         # Neutral values by default for the knobs the OpenAI API does not have (top_k 0 is
         # off), so that temperature and top_p mean what they mean there; vLLM's top_k and
         # repetition_penalty when asked for (top_k -1 is vLLM's "off").
         tokens_out = llm.generate(
-            tokens,
+            tokens[keep:],
+            reset=False,  # its own prefix reuse is unaligned: it would change the floats
             temp=temperature,
             top_p=top_p,
             top_k=max(0, top_k),
@@ -696,6 +729,8 @@ def generate(
             if n_generated >= max_tokens:
                 break
         tokens_out.close()
+        if prefixes is not None:
+            _keep(model, ids, prefixes)
         end = time.perf_counter()
     first = first or end
     # tokens that began inside a stop string were cut from the text, so from the logprobs too
@@ -711,6 +746,31 @@ def generate(
         generate_seconds=end - first,
         logprobs=kept if logprobs is not None else None,
     )
+
+
+def _restore(model: LoadedModel, ids: Any, prefixes: PrefixStore) -> int:
+    """Put the longest reusable prefix of ``ids`` in the model's KV cache: what it holds
+    already, or a kept state if that shares more. The positions restored."""
+    shared = 0 if model.live is None else common_prefix(model.live, ids)
+    live = reusable(shared, len(ids), prefixes.chunk)
+    best, entry = prefixes.longest(ids)
+    if entry is not None and best > live:
+        model.live = None
+        load_sequence(model.llm, entry.state, entry.tokens)
+        prefixes.count(len(ids), best, from_store=True)
+        return best
+    prefixes.count(len(ids), live, from_store=False)
+    return live
+
+
+def _keep(model: LoadedModel, ids: Any, prefixes: PrefixStore) -> None:
+    """Cut the KV cache back to the prompt's whole chunks and keep them in the store."""
+    n = aligned(len(ids), prefixes.chunk)
+    model.llm._ctx.kv_cache_seq_rm(-1, n, -1)
+    model.llm.n_tokens = n
+    model.live = ids[:n]
+    if n:
+        prefixes.put(ids[:n].copy(), save_sequence(model.llm))
 
 
 def choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
@@ -740,14 +800,14 @@ class LocalLLM(CustomLLM):
         cache_dir: Path | None = None,
         n_ctx: int | None = None,
         seed: int = 0,
-        reuse_kv_cache: bool = False,
+        prefix_reuse: bool = True,
         pool: PoolPlan = SINGLE,
     ):
         super().__init__()
         self.cache_dir = cache_dir
         self.n_ctx = n_ctx
         self.seed = seed
-        self.reuse_kv_cache = reuse_kv_cache
+        self.prefix_reuse = prefix_reuse
         self.pool = pool
 
     def _respond(
@@ -775,13 +835,14 @@ class LocalLLM(CustomLLM):
         tools = params.get("tools")
         if tool_text.uses_tools(messages, tools):
             messages = tool_text.text_messages(messages, tools, default_system)
+        prefixes = pool.prefixes if self.prefix_reuse else None
         with pool.instance() as loaded:
-            result = self._generate(loaded, messages, default_system, params, stop)
+            result = self._generate(loaded, messages, default_system, params, stop, prefixes)
         return self._response(result, name, tools, model_response)
 
     def _generate(
         self, loaded: LoadedModel, messages: list, default_system: str | None, params: dict,
-        stop: Any,
+        stop: Any, prefixes: PrefixStore | None,
     ) -> Generation:  # fmt: skip
         return generate(
             loaded,
@@ -795,7 +856,7 @@ class LocalLLM(CustomLLM):
             frequency_penalty=float(params.get("frequency_penalty", 0.0)),
             top_k=int(params.get("top_k", 0)),
             repeat_penalty=float(params.get("repetition_penalty", 1.0)),
-            reuse_kv_cache=self.reuse_kv_cache,
+            prefixes=prefixes,
             logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
         )
 
@@ -847,17 +908,18 @@ def register_local_provider(
     *,
     n_ctx: int | None = None,
     seed: int = 0,
-    reuse_kv_cache: bool = False,
+    prefix_reuse: bool = True,
     pool: PoolPlan = SINGLE,
 ) -> None:
     """Serve "local/<name>" models through litellm. Idempotent; other providers are kept.
 
     `cache_dir` holds joined model files (None: $R2MED_AGENTS_CACHE or ~/.cache/r2med-agents),
     `n_ctx` overrides the model's context size, `seed` seeds sampling at temperature > 0 for
-    requests without a seed, `reuse_kv_cache` trades determinism for speed (see generate), and
+    requests without a seed, `prefix_reuse` restores prompt prefixes evaluated before instead of
+    evaluating them again (the same outputs, agents.llm.prefix_cache), and
     `pool` is how many instances serve each model (`pool_plan`). A later call replaces the
     settings of an earlier one; models already loaded stay loaded.
     """
-    handler = LocalLLM(cache_dir, n_ctx, seed, reuse_kv_cache, pool)
+    handler = LocalLLM(cache_dir, n_ctx, seed, prefix_reuse, pool)
     others = [item for item in litellm.custom_provider_map if item.get("provider") != PROVIDER]
     litellm.custom_provider_map = [*others, {"provider": PROVIDER, "custom_handler": handler}]
