@@ -519,7 +519,7 @@ class ModelPool:
             self._free.put(loaded)
 
 
-_pools: dict[tuple[str, int, PoolPlan], ModelPool] = {}
+_pools: dict[tuple[str, int, PoolPlan, int], ModelPool] = {}
 
 
 def load_pool(
@@ -535,7 +535,7 @@ def load_pool(
     short, model = _lookup(name)
     n_ctx = n_ctx or model.n_ctx
     with _loading:
-        key = (short, n_ctx, plan)
+        key = (short, n_ctx, plan, prefix_cache.CHUNK)  # the chunk: bench/local_bench.py
         if key not in _pools:
             path = model_file(short, cache_dir)
             rng = random.Random(seed)
