@@ -92,6 +92,10 @@ def speeds(model: str, plan, args) -> dict[str, float]:
         print(f"  {label} ({args.calls} calls, {ptok // args.calls} prompt + "
               f"{gtok // args.calls} generated tokens each): 1 instance {s1:.2f} s, {n} "
               f"instances {sn:.2f} s: {s1 / sn:.2f}x; outputs identical (asserted)")  # fmt: skip
+    prompt = prompt_heavy(args.prompt_words, 1)
+    alone, _, tokens, _ = timed(many, prompt, 1, 1)
+    print(f"  lone call through the pool: prompt {tokens / alone:.0f} tok/s (one instance alone: "
+          f"{out['prompt-heavy'][0]:.0f})")  # fmt: skip
     gen1, genn = out["generation-heavy"][1], out["generation-heavy"][3]
     pr1, prn = out["prompt-heavy"][0], out["prompt-heavy"][2]
     print(f"  speeds: prompt {pr1:.0f} -> {prn:.0f} tok/s, generation {gen1:.1f} -> "

@@ -42,7 +42,12 @@ EXPECTED: dict[str, list[str]] = {
         rf"^  generation-heavy .*: 1 instance {NUM} s, \d+ instances {NUM} s: {NUM}x; outputs "
         r"identical \(asserted\)$",
         rf"^  prompt-heavy .*: {NUM}x; outputs identical \(asserted\)$",
-        rf"^  main job, \d+ instance\(s\): {NUM} s; floor {NUM} s ",
+        rf"^  lone call through the pool: prompt {NUM} tok/s \(one instance alone: {NUM}\)$",
+        rf"^  chunk 16: prompt {NUM} tok/s one call alone on one instance, {NUM} tok/s 4 calls ",
+        rf"^  main job, chunk 16, \d+ instance\(s\): reuse off {NUM} s, on {NUM} s: {NUM}x; "
+        r"outputs identical \(asserted\)",
+        rf"^  prompt tokens, chunk 16: sent [\d,]+, evaluated [\d,]+ \(\d+% restored\); floor "
+        rf"{NUM} s .*: reuse on is {NUM}x the floor$",
     ],
     "llama_kernels.py": [
         r"^llama\.cpp build: .*AVX2.*; smollm2-135m, 2 prompts, 8 tokens$",

@@ -78,7 +78,8 @@ DEFAULT_LOCAL_MODEL = f"{PROVIDER}/qwen2.5-coder-0.5b"
 # batch threads is ~2x faster on an idle machine but 3-5x slower than one thread while another
 # process keeps a core busy; R2MED_LLAMA_BATCH_THREADS=1 is for running jobs side by side.
 N_THREADS = 1
-N_THREADS_BATCH = int(os.environ.get("R2MED_LLAMA_BATCH_THREADS", "2"))
+BATCH_THREADS_SET = os.environ.get("R2MED_LLAMA_BATCH_THREADS")  # also: no pool takes more
+N_THREADS_BATCH = int(BATCH_THREADS_SET or "2")
 _CHUNK = 1 << 22  # 4 MiB: streaming copy and hash without holding the model in memory
 
 
@@ -307,6 +308,9 @@ class LoadedModel:
     # the prompt tokens its KV cache holds, whole chunks only (agents.llm.prefix_cache);
     # None after a call that did not finish
     live: Any = None
+    # the cores its pool shares (None: its plan's threads, always)
+    share: CoreShare | None = None
+    prompt_threads: int = 0  # what its context evaluates prompt chunks with now
 
 
 @dataclass(frozen=True)
@@ -497,6 +501,26 @@ def _reason(
 
 
 @dataclass
+class CoreShare:
+    """The cores a pool's instances share. Generation takes one thread per busy instance;
+    a prompt chunk takes the cores divided by the calls in progress, so a call evaluated while
+    the other instances are idle uses every core (the thread count changes no float: each
+    output element is computed whole by one thread)."""
+
+    cores: int
+    busy: int = 0
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def prompt_threads(self) -> int:
+        with self.lock:
+            return max(1, self.cores // max(1, self.busy))
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.busy += n
+
+
+@dataclass
 class ModelPool:
     """A model's llama.cpp instances; each call takes whichever is free."""
 
@@ -513,9 +537,13 @@ class ModelPool:
     @contextlib.contextmanager
     def instance(self) -> Iterator[LoadedModel]:
         loaded = self._free.get()
+        if loaded.share is not None:
+            loaded.share.add(1)
         try:
             yield loaded
         finally:
+            if loaded.share is not None:
+                loaded.share.add(-1)
             self._free.put(loaded)
 
 
@@ -541,6 +569,10 @@ def load_pool(
             rng = random.Random(seed)
             instances = [_load_instance(short, path, n_ctx, seed, plan, rng)
                          for _ in range(plan.instances)]  # fmt: skip
+            if plan.instances > 1 and BATCH_THREADS_SET is None:
+                share = CoreShare(cpu_count())
+                for loaded in instances:
+                    loaded.share = share
             _pools[key] = ModelPool(plan, instances)
         return _pools[key]
 
@@ -581,6 +613,7 @@ def _load_instance(
         rng=rng,
         end_of_turn=frozenset([llm.token_eos(), *im_end[:1]]),
         load_seconds=time.perf_counter() - start,
+        prompt_threads=plan.n_threads_batch,
     )
 
 
@@ -695,8 +728,9 @@ def generate(
         # Neutral values by default for the knobs the OpenAI API does not have (top_k 0 is
         # off), so that temperature and top_p mean what they mean there; vLLM's top_k and
         # repetition_penalty when asked for (top_k -1 is vLLM's "off").
+        rest = _evaluate(model, tokens, keep)
         tokens_out = llm.generate(
-            tokens[keep:],
+            tokens[rest:],
             reset=False,  # its own prefix reuse is unaligned: it would change the floats
             temp=temperature,
             top_p=top_p,
@@ -746,6 +780,27 @@ def generate(
         generate_seconds=end - first,
         logprobs=kept if logprobs is not None else None,
     )
+
+
+def _evaluate(model: LoadedModel, tokens: list[int], start: int) -> int:
+    """Evaluate the prompt's whole chunks from ``start`` on, all but the last, each with the
+    threads its pool's idle cores allow; where llm.generate() takes over."""
+    chunk = prefix_cache.CHUNK
+    end = max(start, aligned(len(tokens) - 1, chunk))
+    for at in range(start, end, chunk):
+        _set_prompt_threads(model)
+        model.llm.eval(tokens[at : at + chunk])
+    _set_prompt_threads(model)
+    return end
+
+
+def _set_prompt_threads(model: LoadedModel) -> None:
+    if model.share is None:
+        return
+    threads = model.share.prompt_threads()
+    if threads != model.prompt_threads:
+        model.llm._ctx.set_n_threads(N_THREADS, threads)
+        model.prompt_threads = threads
 
 
 def _restore(model: LoadedModel, ids: Any, prefixes: PrefixStore) -> int:
