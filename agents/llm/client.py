@@ -534,8 +534,8 @@ class LLM:
             def sender(c: dict) -> Any:
                 return litellm.atext_completion(model=self.model, api_base=self.api_base, **c)
 
-            # every prompt evaluated afresh, as local/ does: the answer cannot depend on what
-            # the server ran before (serving.FreshPrompts)
+            # every prompt evaluated from its first token, as local/'s outputs are: the answer
+            # cannot depend on what the server ran before (serving.FreshPrompts)
             return await self._fresh.send(urls[0], call, sender)
         call = dict(messages=messages, stop=stop, **kwargs)
         if len(urls) > 1:

@@ -18,6 +18,10 @@ Given OpenAI-style ``tools`` (and ``tool`` messages), it renders them as Qwen2.5
 does and parses ``<tool_call>`` blocks in the output into ``tool_calls``, as a vLLM server with
 the ``hermes`` tool parser does (agents/llm/tool_text.py).
 
+Prompts are evaluated in chunks of `prefix_cache.CHUNK` tokens from their first; the whole
+chunks a prompt shares with one evaluated before are restored rather than evaluated again
+(`agents/llm/prefix_cache.py`), bitwise, so an output is a function of the prompt alone.
+
 The response's `choices[0].provider_specific_fields["stop_reason"]` names the stop string that
 ended the text (None at the model's end of turn or at max_tokens), as vLLM's `stop_reason` does;
 finish_reason alone cannot tell a stop string from the end of the turn.
@@ -558,8 +562,9 @@ def load_pool(
     plan: PoolPlan = SINGLE,
 ) -> ModelPool:
     """The process-wide pool of a local model's instances, loaded at first use. Every
-    instance evaluates each prompt afresh, so a call's output does not depend on which
-    instance runs it; they share one seed sequence for requests without a seed."""
+    instance evaluates each prompt in the same chunks from its first token (or restores whole
+    chunks bitwise), so a call's output does not depend on which instance runs it; they share
+    one seed sequence for requests without a seed and one store of evaluated prefixes."""
     short, model = _lookup(name)
     n_ctx = n_ctx or model.n_ctx
     with _loading:
@@ -788,6 +793,8 @@ def _evaluate(model: LoadedModel, tokens: list[int], start: int) -> int:
     chunk = prefix_cache.CHUNK
     end = max(start, aligned(len(tokens) - 1, chunk))
     for at in range(start, end, chunk):
+        if CANCEL.is_set():  # between chunks: Ctrl-C need not wait for a long prompt
+            raise GenerationCancelled("interrupted")
         _set_prompt_threads(model)
         model.llm.eval(tokens[at : at + chunk])
     _set_prompt_threads(model)

@@ -24,9 +24,11 @@ is rendered the way transformers renders it, so the two give the same text. Tool
 it) and written in as text otherwise; the calls are read back from the completion's text
 (agents/llm/tool_text.py).
 
-Every prompt on the completions path is evaluated afresh, as the embedded provider evaluates it
-(agents/llm/local.py), so that an answer does not depend on which request the server ran
-before it (``FreshPrompts``).
+Every prompt on the completions path is evaluated from its first token, as the embedded
+provider's outputs are (agents/llm/local.py: fresh chunks, or restored whole chunks that are
+bitwise the same), so that an answer does not depend on which request the server ran before
+it (``FreshPrompts``). The same floats as in-process also need the server to evaluate in the
+same chunks (docs/serving.md: ``--n_batch 128 --n_ubatch 128``).
 """
 
 from __future__ import annotations
