@@ -314,7 +314,6 @@ class LoadedModel:
     live: Any = None
     # the cores its pool shares (None: its plan's threads, always)
     share: CoreShare | None = None
-    prompt_threads: int = 0  # what its context evaluates prompt chunks with now
 
 
 @dataclass(frozen=True)
@@ -618,7 +617,6 @@ def _load_instance(
         rng=rng,
         end_of_turn=frozenset([llm.token_eos(), *im_end[:1]]),
         load_seconds=time.perf_counter() - start,
-        prompt_threads=plan.n_threads_batch,
     )
 
 
@@ -802,12 +800,8 @@ def _evaluate(model: LoadedModel, tokens: list[int], start: int) -> int:
 
 
 def _set_prompt_threads(model: LoadedModel) -> None:
-    if model.share is None:
-        return
-    threads = model.share.prompt_threads()
-    if threads != model.prompt_threads:
-        model.llm._ctx.set_n_threads(N_THREADS, threads)
-        model.prompt_threads = threads
+    if model.share is not None:  # a C setter, read by the next decode: cheap per chunk
+        model.llm._ctx.set_n_threads(N_THREADS, model.share.prompt_threads())
 
 
 def _restore(model: LoadedModel, ids: Any, prefixes: PrefixStore) -> int:
