@@ -22,6 +22,8 @@ from agents.graphs.tool_search import check_options as check_tool_options
 from agents.rerank.cross import CROSS
 from agents.rerank.listwise import INSERTRANK, LISTWISE
 from agents.rerank.pointwise import POINTWISE
+from agents.rerank.rank1 import RANK1
+from agents.rerank.reasonrank import REASONRANK
 from agents.specs import AgentSpec, OptionSpec, StageSpec
 
 __all__ = ["AGENTS", "STAGES", "AgentSpec", "OptionSpec", "StageSpec"]
@@ -79,5 +81,5 @@ AGENTS: dict[str, AgentSpec] = {
 }
 
 STAGES: dict[str, StageSpec] = {
-    spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK, POINTWISE)
+    spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK, POINTWISE, REASONRANK, RANK1)
 }

@@ -339,19 +339,44 @@ class LLM:
         `sample` is a sample index that only distinguishes cache entries: draw n samples at
         temperature > 0 with sample=0..n-1; callers at temperature 0 pass 0.
         """
+        return await self._complete(messages, None, stop, sample, params)
+
+    async def complete(
+        self, prompt: str, *, stop: list[str] | None = None, sample: int = 0, **params: Any
+    ) -> Completion:
+        """One completion of the raw text ``prompt``: no chat template, as vLLM's
+        ``LLM.generate(prompts)`` runs a model (Rank1). Served models get it on the
+        completions endpoint (``/v1/completions``); in-process providers (local/, scripted/)
+        get it as the one message with ``raw_prompt`` set. Cached, retried and counted as
+        `chat` is; a raw prompt never shares a cache entry with a chat of the same text."""
+        messages = [{"role": "user", "content": prompt}]
+        return await self._complete(messages, prompt, stop, sample, params)
+
+    async def _complete(
+        self,
+        messages: list[dict],
+        prompt: str | None,
+        stop: list[str] | None,
+        sample: int,
+        params: dict[str, Any],
+    ) -> Completion:
         request = {**self.params, **params}
+        if prompt is not None:
+            request["raw_prompt"] = True
         if self.dry is not None:
             return self._record(self.dry.complete(self.model, messages, request))
-        continuing = bool(messages) and messages[-1].get("role") == "assistant"
-        self.prepare()
+        continuing = prompt is None and bool(messages) and messages[-1].get("role") == "assistant"
+        if prompt is None:  # a raw prompt is sent as it is: no template to check
+            self.prepare()
         if continuing and self.server in CHAT_CONTINUING:
             # their chat endpoints continue the final message when asked to
             extra = {**request.get("extra_body", {}), "continue_final_message": True,
                      "add_generation_prompt": False}  # fmt: skip
             request["extra_body"] = extra
-        if self._template is not None:
+        if self._template is not None and prompt is None:
             # the prompt is rendered here: the template is part of what decides the answer
             request["chat_template_sha256"] = self._template.sha256
+        if self.renders_prompts:
             # llama.cpp's samplers default to top_k 40, min_p 0.05 and (llama-cpp-python's
             # server) repeat_penalty 1.1; neutral values make temperature and top_p mean what
             # they mean in the OpenAI API, as the embedded provider does. Asked-for top_k and
@@ -391,11 +416,11 @@ class LLM:
             self._local_ready = True
 
         start = time.perf_counter()
-        response = await self._call_with_retries(messages, stop, request)
+        response = await self._call_with_retries(messages, stop, request, prompt)
         latency = time.perf_counter() - start
         entry = _entry_from_response(response, self.model)
         _check_reply(entry, self.model, request)  # before caching: no unusable answer is kept
-        if self._template is not None and request.get("tools"):
+        if self._template is not None and prompt is None and request.get("tools"):
             # the completions endpoint returns text: read the calls from it, as local/ does
             entry["text"], calls = parse_tool_calls(entry["text"], tool_names(request["tools"]))
             entry["tool_calls"] = [dataclasses.asdict(call) for call in calls]
@@ -447,7 +472,6 @@ class LLM:
         """The chat template prompts are rendered with here (``--server llamacpp``)."""
         return self._template
 
-
     def _open_cache(self) -> LLMCache | None:
         if self.cache_dir is None or self.cache_mode == "off":
             return None
@@ -460,7 +484,7 @@ class LLM:
         return completion
 
     async def _call_with_retries(
-        self, messages: list[dict], stop: list[str] | None, request: dict
+        self, messages: list[dict], stop: list[str] | None, request: dict, prompt: str | None
     ) -> Any:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(1, self.max_retries)),
@@ -490,7 +514,7 @@ class LLM:
                     if self._limiter:
                         await self._limiter.acquire()
                     try:
-                        return await self._send(messages, stop, kwargs)
+                        return await self._send(messages, stop, kwargs, prompt)
                     except Exception as exc:
                         if not is_auth_error(exc):
                             raise
@@ -517,17 +541,33 @@ class LLM:
             hint = "is the server up at that address?"
         return f"{self.model} at {where}: {why}; {hint}"
 
-    async def _send(self, messages: list[dict], stop: list[str] | None, kwargs: dict) -> Any:
-        """One request: chat, or a completion of the rendered prompt (llamacpp), to the one
-        server or through the Router over the replicas."""
+    async def _send(
+        self, messages: list[dict], stop: list[str] | None, kwargs: dict, prompt: str | None
+    ) -> Any:
+        """One request: chat, or a completion of a raw or rendered prompt (llamacpp), to the
+        one server or through the Router over the replicas."""
         urls = replicas(self.api_base)
-        if self._template is not None:
+        raw = kwargs.pop("raw_prompt", False)
+        if raw and _is_custom(_provider(self.model) or ""):
+            # an in-process provider reads the one message as the prompt itself
+            return await litellm.acompletion(
+                model=self.model, api_base=self.api_base, messages=messages, stop=stop,
+                raw_prompt=True, **kwargs,
+            )  # fmt: skip
+        if raw or self._template is not None:
             if kwargs.get("logprobs") is True:  # the completions API's form: how many
                 kwargs = {**kwargs, "logprobs": max(1, int(kwargs.pop("top_logprobs", 0) or 0))}
                 kwargs.pop("top_logprobs", None)
             tools = kwargs.pop("tools", None)
             kwargs.pop("tool_choice", None)
-            call = dict(prompt=self._template.render(messages, tools), stop=stop, **kwargs)
+            text = prompt if raw and prompt is not None else self._template.render(messages, tools)
+            call = dict(prompt=text, stop=stop, **kwargs)
+            if self.server != "llamacpp":  # a raw prompt to vLLM, SGLang or an OpenAI-like API
+                if len(urls) > 1:
+                    return await self._replicas(urls).atext_completion(model=ROUTED, **call)
+                return await litellm.atext_completion(
+                    model=self.model, api_base=self.api_base, **call
+                )
             if len(urls) > 1:
                 return await self._replicas(urls).atext_completion(model=ROUTED, **fresh_call(call))
 

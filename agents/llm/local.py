@@ -46,7 +46,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -329,21 +329,52 @@ class Generation:
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
 
 
-def _token_logprobs(llm: Any, token: int, top: int) -> tuple[float, list[tuple[str, float]]]:
-    """The sampled token's log-probability and the `top` likeliest tokens', from the logits
-    of the last evaluated position (the ones `token` was sampled from)."""
+def _last_logits(llm: Any, allowed: Sequence[int] | None = None) -> Any:
+    """The logits of the last evaluated position as float64; with ``allowed``, every other
+    token's is -inf (vLLM's ``allowed_token_ids`` masks the same way before its logprobs)."""
     import numpy as np
 
     n_vocab = llm.n_vocab()
     logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))
-    shifted = logits.astype(np.float64) - float(logits.max())
+    logits = logits.astype(np.float64)
+    if allowed is not None:
+        masked = np.full(n_vocab, -np.inf)
+        ids = np.asarray(allowed, dtype=np.int64)
+        masked[ids] = logits[ids]
+        logits = masked
+    return logits
+
+
+def _token_logprobs(
+    llm: Any, token: int, top: int, allowed: Sequence[int] | None = None
+) -> tuple[float, list[tuple[str, float]]]:
+    """The sampled token's log-probability and the `top` likeliest tokens', from the logits
+    of the last evaluated position (the ones `token` was sampled from), over ``allowed``
+    tokens only when given."""
+    import numpy as np
+
+    logits = _last_logits(llm, allowed)
+    shifted = logits - float(logits.max())
     logp = shifted - np.log(np.exp(shifted).sum())
     best: list[tuple[str, float]] = []
+    top = min(top, int(np.isfinite(logp).sum()))
     if top > 0:
         ids = np.argpartition(-logp, top - 1)[:top]
         ids = ids[np.argsort(-logp[ids], kind="stable")]
         best = [(_piece(llm, int(i)), float(logp[i])) for i in ids]
     return float(logp[token]), best
+
+
+def _greedy_among(llm: Any, tokens: list[int], allowed: Sequence[int]) -> Iterator[int]:
+    """Greedy decoding restricted to ``allowed`` token ids (ties: the lowest id), evaluating
+    ``tokens`` first; a generator like ``Llama.generate``'s, which this stands in for because
+    llama-cpp-python's custom logits processors are not reliable (its own comment says
+    "probably broken")."""
+    llm.eval(tokens)
+    while True:
+        token = int(_last_logits(llm, allowed).argmax())
+        yield token
+        llm.eval([token])
 
 
 def _piece(llm: Any, token: int) -> str:
@@ -682,6 +713,7 @@ def generate(
     repeat_penalty: float = 1.0,
     prefixes: PrefixStore | None = None,
     logprobs: int | None = None,
+    allowed_token_ids: Sequence[int] | None = None,
 ) -> Generation:
     """A raw completion of `prompt` (special tokens such as <|im_start|> are parsed).
 
@@ -697,6 +729,9 @@ def generate(
 
     `logprobs` = k asks for each generated token's log-probability and its k likeliest
     alternatives (0: the token's own only); None computes none.
+
+    `allowed_token_ids` restricts every generated token to those ids, greedily (temperature
+    0 only), with logprobs over them alone, as vLLM's parameter of that name does.
     """
     import llama_cpp
     import numpy as np
@@ -705,6 +740,9 @@ def generate(
     vocab = llm._model.vocab  # private, but the only way to llama.cpp's end-of-generation set
     stops = [s.encode("utf-8") for s in stop or () if s]
     longest = max(map(len, stops), default=0)
+    if allowed_token_ids is not None and temperature > 0:
+        raise ValueError("allowed_token_ids: the embedded provider decodes them greedily only "
+                         "(temperature 0)")  # fmt: skip
     with model.lock:
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
         n_ctx = llm.n_ctx()
@@ -732,17 +770,20 @@ def generate(
         # off), so that temperature and top_p mean what they mean there; vLLM's top_k and
         # repetition_penalty when asked for (top_k -1 is vLLM's "off").
         rest = _evaluate(model, tokens, keep)
-        tokens_out = llm.generate(
-            tokens[rest:],
-            reset=False,  # its own prefix reuse is unaligned: it would change the floats
-            temp=temperature,
-            top_p=top_p,
-            top_k=max(0, top_k),
-            min_p=0.0,
-            repeat_penalty=repeat_penalty,
-            presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty,
-        )
+        if allowed_token_ids is not None:
+            tokens_out = _greedy_among(llm, tokens[rest:], allowed_token_ids)
+        else:
+            tokens_out = llm.generate(
+                tokens[rest:],
+                reset=False,  # its own prefix reuse is unaligned: it would change the floats
+                temp=temperature,
+                top_p=top_p,
+                top_k=max(0, top_k),
+                min_p=0.0,
+                repeat_penalty=repeat_penalty,
+                presence_penalty=presence_penalty,
+                frequency_penalty=frequency_penalty,
+            )
         for token in tokens_out:
             if CANCEL.is_set():
                 tokens_out.close()
@@ -755,7 +796,7 @@ def generate(
                 break
             searched_from = max(0, len(out) - longest + 1)
             if logprobs is not None:
-                logprob, top = _token_logprobs(llm, token, logprobs)
+                logprob, top = _token_logprobs(llm, token, logprobs, allowed_token_ids)
                 scored.append((len(out), _piece(llm, token), logprob, top))
             out += llm.detokenize([token])
             hit = _first_stop(out, stops, searched_from) if stops else None
@@ -770,8 +811,9 @@ def generate(
             _keep(model, ids, prefixes)
         end = time.perf_counter()
     first = first or end
-    # tokens that began inside a stop string were cut from the text, so from the logprobs too
-    kept = [(piece, lp, top) for at, piece, lp, top in scored if at < len(out)]
+    # every generated token's, the stop string's too, as vLLM gives them (its token ids and
+    # logprobs keep what the text's stop string cut): Rank1 reads the token that ended it
+    kept = [(piece, lp, top) for _, piece, lp, top in scored]
     return Generation(
         # A token may end inside a UTF-8 sequence when max_tokens cuts it; drop the fragment.
         text=out.decode("utf-8", errors="ignore"),
@@ -827,6 +869,17 @@ def _keep(model: LoadedModel, ids: Any, prefixes: PrefixStore) -> None:
     model.live = ids[:n]
     if n:
         prefixes.put(ids[:n].copy(), save_sequence(model.llm))
+
+
+def _logprobs_asked(params: dict) -> int | None:
+    """How many alternatives per token a request asks for: the chat form (``logprobs: true,
+    top_logprobs: k``) or the completions form (``logprobs: k``); None when it asks none."""
+    asked = params.get("logprobs")
+    if asked is None or asked is False:
+        return None
+    if asked is True:
+        return int(params.get("top_logprobs") or 0)
+    return int(asked)
 
 
 def choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
@@ -892,17 +945,30 @@ class LocalLLM(CustomLLM):
         if tool_text.uses_tools(messages, tools):
             messages = tool_text.text_messages(messages, tools, default_system)
         prefixes = pool.prefixes if self.prefix_reuse else None
-        with pool.instance() as loaded:
-            result = self._generate(loaded, messages, default_system, params, stop, prefixes)
+        # a raw prompt (LLM.complete) is the one message's text, sent without a template
+        prompt = (
+            _text(messages[0].get("content"))
+            if params.get("raw_prompt")
+            else render_chatml(messages, default_system)
+        )
+        extra = params.get("extra_body") or {}
+        allowed = params.get("allowed_token_ids", extra.get("allowed_token_ids"))
+        try:
+            with pool.instance() as loaded:
+                result = self._generate(loaded, prompt, params, stop, prefixes, allowed)
+        except ValueError as exc:  # a request this provider cannot serve: not retried
+            raise litellm.BadRequestError(
+                message=str(exc), model=model, llm_provider=PROVIDER
+            ) from exc
         return self._response(result, name, tools, model_response)
 
     def _generate(
-        self, loaded: LoadedModel, messages: list, default_system: str | None, params: dict,
-        stop: Any, prefixes: PrefixStore | None,
+        self, loaded: LoadedModel, prompt: str, params: dict, stop: Any,
+        prefixes: PrefixStore | None, allowed: Sequence[int] | None,
     ) -> Generation:  # fmt: skip
         return generate(
             loaded,
-            render_chatml(messages, default_system),
+            prompt,
             max_tokens=params.get("max_tokens") or params.get("max_completion_tokens"),
             temperature=float(params.get("temperature", 1.0)),
             top_p=float(params.get("top_p", 1.0)),
@@ -913,7 +979,8 @@ class LocalLLM(CustomLLM):
             top_k=int(params.get("top_k", 0)),
             repeat_penalty=float(params.get("repetition_penalty", 1.0)),
             prefixes=prefixes,
-            logprobs=int(params.get("top_logprobs") or 0) if params.get("logprobs") else None,
+            logprobs=_logprobs_asked(params),
+            allowed_token_ids=allowed,
         )
 
     def _response(

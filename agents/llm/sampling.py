@@ -46,6 +46,7 @@ OPEN_ONLY = ("top_k", "repetition_penalty")  # vLLM's, SGLang's and llama.cpp's,
 OPEN_SERVERS = ("vllm", "sglang", "llamacpp")
 REASONING_BUDGET = 25_000  # OpenAI, "Reasoning models": reserve at least 25,000 tokens
 OPEN_REASONING_BUDGET = 10_240  # R2MED src/generate_hypothetical_doc.py L247
+REASONRANK_MAXLEN = 3072  # 8421BCD/ReasonRank run_rank_llm.sh --reasoning_maxlen
 
 GENERATE = ("hyde", "query2doc", "lamer")
 R2MED_GEN = "R2MED/R2MED src/generate_hypothetical_doc.py"
@@ -235,6 +236,30 @@ RULES: tuple[Rule, ...] = (
             "orionw/rank1 rank1.py L35, L86-92: temperature=0, max_output_tokens=8192",
             when=_reasons,
         )
+        for family in ("api", "open")
+    ),
+    # ReasonRank's and Rank1's budgets are part of their protocols: both presets send them
+    *(
+        Rule(
+            preset,
+            ("reasonrank",),
+            family,
+            {"temperature": 0.0, "max_tokens": REASONRANK_MAXLEN + 100},
+            "8421BCD/ReasonRank rerank/rank_listwise_os_llm.py L118-122: temperature=0, "
+            "max_tokens=reasoning_maxlen + 100 (run_rank_llm.sh: --reasoning_maxlen 3072)",
+        )
+        for preset in PRESETS
+        for family in ("api", "open")
+    ),
+    *(
+        Rule(
+            preset,
+            ("rank1",),
+            family,
+            {"temperature": 0.0, "max_tokens": 8192},
+            "orionw/rank1 rank1.py L35, L86-92: temperature=0, max_output_tokens=8192",
+        )
+        for preset in PRESETS
         for family in ("api", "open")
     ),
     # --- default: every call, and the paper preset's fallback for what no original ran -------

@@ -301,3 +301,34 @@ def _continue_final(rendered: str, messages: list[dict[str, Any]]) -> str:
     if at < 0:
         raise ValueError("chat template: the final message is not in the rendered prompt")
     return rendered[: at + len(final)]
+
+
+def server_token_ids(api_base: str | None, server: str, model: str, text: str) -> list[int] | None:
+    """``text``'s token ids as the server's tokenizer gives them, without special tokens, or
+    None where the server has no tokenize endpoint: llama-cpp-python's ``/extras/tokenize``,
+    llama.cpp's ``/tokenize``, vLLM's ``/tokenize``."""
+    import httpx
+
+    urls = replicas(api_base)
+    if not urls or server not in ("llamacpp", "vllm"):
+        return None
+    root = urls[0].rstrip("/").removesuffix("/v1")
+    name = model.split("/", 1)[1] if "/" in model else model
+    asks: list[tuple[str, dict[str, Any]]] = (
+        [(f"{root}/extras/tokenize", {"input": text}),
+         (f"{root}/tokenize", {"content": text, "add_special": False})]
+        if server == "llamacpp"
+        else [(f"{root}/tokenize", {"model": name, "prompt": text, "add_special_tokens": False})]
+    )  # fmt: skip
+    for url, body in asks:
+        try:
+            reply = httpx.post(url, json=body, timeout=30.0)
+        except httpx.HTTPError:
+            return None
+        if reply.status_code == 200:
+            ids = [int(i) for i in reply.json().get("tokens", [])]
+            if url.endswith("/extras/tokenize"):  # it adds the model's BOS, if it has one
+                probe = httpx.post(url, json={"input": "a"}, timeout=30.0).json()["tokens"]
+                ids = ids[max(0, len(probe) - 1) :]
+            return ids
+    return None

@@ -26,9 +26,28 @@ async def llm_call(
         completion = await ctx.llm.chat(messages, **{**ctx.sampling.get(node, {}), **params})
     finally:
         NODE.reset(token)
+    return completion, _step(node, {"messages": messages}, completion)
+
+
+async def llm_complete_call(
+    ctx: Any, node: str, prompt: str, **params: Any
+) -> tuple[Any, dict[str, Any]]:
+    """`llm_call` for a raw prompt (`agents.llm.LLM.complete`: no chat template); the step
+    records the ``prompt`` where a chat's records its messages."""
+    if ctx.llm is None:
+        raise RuntimeError(f"node {node!r} needs an LLM but the agent was built without one")
+    token = NODE.set(node)
+    try:
+        completion = await ctx.llm.complete(prompt, **{**ctx.sampling.get(node, {}), **params})
+    finally:
+        NODE.reset(token)
+    return completion, _step(node, {"prompt": prompt}, completion)
+
+
+def _step(node: str, sent: dict[str, Any], completion: Any) -> dict[str, Any]:
     step = {
         "node": node,
-        "messages": messages,
+        **sent,
         "output": completion.text,
         "finish_reason": completion.finish_reason,
         "cached": completion.cached,
@@ -36,7 +55,7 @@ async def llm_call(
     }
     if completion.tool_calls:
         step["tool_calls"] = [dataclasses.asdict(call) for call in completion.tool_calls]
-    return completion, step
+    return step
 
 
 async def llm_step(

@@ -1,0 +1,222 @@
+"""Rank1 (`rank1`): pointwise reasoning reranking as its own code runs it.
+
+Rank1 (Weller et al. 2025; github.com/orionw/rank1 at 30585c2, ``rank1.py``) judges each
+(query, passage) alone, on a raw prompt (no chat template; vLLM's ``LLM.generate``, L184):
+
+* the prompt (``return_prompt`` L241-247, ``prompts/rank1/default.txt``): "Determine if the
+  following passage is relevant ...", ``Query:``, ``Passage:`` and an opened ``<think>``; the
+  query first goes through the dataset's instruction (``prompts.py`` ``PROMPT_DICT``, its
+  ``FILL_QUERY_HERE`` our ``{query}``; L242); ``prompts.py`` has none for R2MED's tasks, so
+  ``get_prompt`` returns None and the query is sent as it is (``prompts/rank1-query/``, where
+  a per-task instruction may be added);
+* sampling (L86-92): temperature 0, ``max_tokens`` 8,192, ``logprobs=20``, stop at
+  ``"</think> true"`` or ``"</think> false"`` (the sampling table under both presets);
+* the score (L197-223): at the reply's last token (the one that completed the stop string),
+  P(true) / (P(true) + P(false)) from the log-probabilities of the tokens " true" and
+  " false", which must both be among its alternatives;
+* otherwise the reply is forced (``_fix_incomplete_responses`` L94-162): cut after its last
+  ``.``, ``!`` or ``?`` (when it does not end in one), the prompt sent again as
+  ``f"{prompt}\\n{cut}\\n</think>"`` for one token restricted to " true" and " false"
+  (``allowed_token_ids``, temperature 0, ``logprobs=20``), scored the same way; a forced reply
+  whose last position lacks either token scores 0.5 (L140-149).
+
+Restricting the forced token needs the ids of " true" and " false" (the first token of each,
+L73-74) and a server that restricts: ``force=auto`` uses vLLM's ``allowed_token_ids`` for
+``--server vllm`` and the in-process providers, a logit bias of +100 on both ids for other
+servers (llama.cpp, OpenAI-like; the ratio P(true) / P(false) is unchanged by adding the same
+bias to both), and no restriction when no ids can be had (``tokenizer=`` names a Hugging Face
+tokenizer; else the embedded model's own, else the server's tokenize endpoint): the forced
+token is then read from the likeliest 20 as it comes, stated in the step as ``forced_by``.
+llama-cpp-python's server reports the log-probabilities from before the bias, so the two are
+read from the model's own likeliest 20 there: the same ratio as the embedded model's masked
+pair (tests/test_server.py), 0.5 when either is outside them.
+Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the summary.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.llm.steps import llm_complete_call
+from agents.rerank import StageContext
+from agents.specs import StageSpec
+
+FAMILY = "rank1"
+QUERY_FAMILY = "rank1-query"  # prompts.py PROMPT_DICT: the dataset's instruction
+FORCES = ("auto", "allowed_token_ids", "logit_bias", "none")
+DEFAULTS: dict[str, Any] = {
+    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    "api_base": "",
+    "depth": 100,
+    "force": "auto",
+    # a Hugging Face tokenizer (folder or hub id) for the ids of " true" and " false"
+    "tokenizer": "",
+}
+STOP = ["</think> true", "</think> false"]  # rank1.py L90
+TRUE, FALSE = " true", " false"  # rank1.py L73-74
+TOP_LOGPROBS = 20  # rank1.py L89, L129
+UNREAD_SCORE = 0.5  # rank1.py L145
+BIAS = 100.0
+OUTCOMES = {
+    "closed": "the reply closed </think> with true or false: scored at its last token",
+    "forced": "forced with '\\n</think>' and one true/false token: scored there",
+    "forced-unread": "the forced token's alternatives lacked true or false: scored 0.5",
+}
+
+
+def check_options(options: dict[str, Any]) -> None:
+    if options["depth"] < 1:
+        raise ValueError(f"depth must be at least 1, got {options['depth']}")
+    if options["force"] not in FORCES:
+        raise ValueError(f"force must be one of {', '.join(FORCES)}, got {options['force']!r}")
+
+
+def true_probability(
+    logprobs: Sequence[tuple[str, float, Sequence[tuple[str, float]]]] | None,
+) -> float | None:
+    """P(true) / (P(true) + P(false)) at the last token, or None when its alternatives (the
+    sampled token among them) lack " true" or " false" (rank1.py L200-219)."""
+    if not logprobs:
+        return None
+    token, logprob, top = logprobs[-1]
+    seen = dict(top)
+    seen.setdefault(token, logprob)
+    if TRUE not in seen or FALSE not in seen:
+        return None
+    p_true, p_false = math.exp(seen[TRUE]), math.exp(seen[FALSE])
+    return p_true / (p_true + p_false)
+
+
+def cut_to_sentence(text: str) -> str:
+    """A reply cut after its last sentence end, as ``_fix_incomplete_responses`` cuts it
+    (L112-119)."""
+    text = text.rstrip()
+    if not text.endswith((".", "!", "?")):
+        last = max(text.rfind("."), text.rfind("!"), text.rfind("?"))
+        if last != -1:
+            text = text[: last + 1]
+    return text.strip()
+
+
+def forced_prompt(prompt: str, reply: str) -> str:
+    return f"{prompt}\n{cut_to_sentence(reply)}\n</think>"  # rank1.py L121-124
+
+
+class Rank1Reranker:
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.options = ctx.options
+        # loaded here, not per query, so that building the stage records every prompt it sends
+        self.prompt = ctx.prompts.get(FAMILY)
+        self.instruction = ctx.prompts.get(QUERY_FAMILY)  # by task, as prompts.py keys it
+        self._force: tuple[str, dict[str, Any]] | None = None
+
+    def render(self, query: str, passage: str) -> str:
+        return self.prompt.render(query=self.instruction.render(query=query), passage=passage)
+
+    def force(self) -> tuple[str, dict[str, Any]]:
+        """How the forced token is restricted (a ``forced_by`` note) and the request's
+        parameters that do it; decided once, on the first forced reply."""
+        if self._force is None:
+            self._force = self._restriction()
+        return self._force
+
+    def _restriction(self) -> tuple[str, dict[str, Any]]:
+        llm, how = self.ctx.llm, self.options["force"]
+        custom = llm.model.startswith(("local/", "scripted/"))
+        if how == "auto":
+            native = custom or llm.server == "vllm"
+            how = "allowed_token_ids" if native else "logit_bias"
+        if how == "none":
+            return "none: asked for no restriction", {}
+        ids = self.token_ids()
+        if ids is None:
+            return (
+                "none: no tokenizer gives the ids of ' true' and ' false' (tokenizer= names "
+                "one); the token is read from the likeliest 20 as it comes",
+                {},
+            )
+        if how == "allowed_token_ids":
+            return f"allowed_token_ids {ids}", {"extra_body": {"allowed_token_ids": ids}}
+        return f"logit_bias +{BIAS:g} on {ids}", {"logit_bias": {str(i): BIAS for i in ids}}
+
+    def token_ids(self) -> list[int] | None:
+        """The first token of " true" and of " false" (rank1.py L73-74), from the tokenizer
+        option, the embedded model's own, or the server's; None when none gives them."""
+        llm, name = self.ctx.llm, self.options["tokenizer"]
+        if name:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(name)
+            return [tok(w, add_special_tokens=False).input_ids[0] for w in (TRUE, FALSE)]
+        if llm.model.startswith("local/"):
+            from agents.llm.local import tokenizer
+
+            tok = tokenizer(llm.model.removeprefix("local/"), llm.cache_dir)
+            return [tok.tokenize(w)[0] for w in (TRUE, FALSE)]
+        from agents.llm.serving import server_token_ids
+
+        found = [server_token_ids(llm.api_base, llm.server, llm.model, w) for w in (TRUE, FALSE)]
+        return [ids[0] for ids in found] if all(found) else None  # type: ignore[index]
+
+    async def judge(self, query: str, passage: str) -> dict[str, Any]:
+        prompt = self.render(query, passage)
+        completion, call = await llm_complete_call(
+            self.ctx, "judge", prompt, stop=STOP, logprobs=True, top_logprobs=TOP_LOGPROBS
+        )
+        step: dict[str, Any] = {
+            "reply": completion.text,
+            **{k: v for k, v in call.items() if k not in ("node", "output")},
+        }
+        score = true_probability(completion.logprobs)
+        if score is not None:
+            return {**step, "score": round(score, 6), "outcome": "closed"}
+        forced_by, restriction = self.force()
+        forced, forced_call = await llm_complete_call(
+            self.ctx, "judge", forced_prompt(prompt, completion.text),
+            max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS,
+            **restriction,
+        )  # fmt: skip
+        score = true_probability(forced.logprobs)
+        outcome = "forced" if score is not None else "forced-unread"
+        return {
+            **step,
+            "score": round(UNREAD_SCORE if score is None else score, 6),
+            "outcome": outcome,
+            "forced_by": forced_by,
+            "forced": {k: v for k, v in forced_call.items() if k != "node"},
+        }
+
+    async def rerank(
+        self, query_id: str, query: str, ranking: Mapping[str, float]
+    ) -> dict[str, Any]:
+        order = list(ranking)
+        top = order[: self.options["depth"]]
+        steps: list[dict[str, Any]] = []
+        scores: dict[str, float] = {}
+        for rank, doc_id in enumerate(top, 1):
+            step = await self.judge(query, self.ctx.corpus[doc_id])
+            steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
+            scores[doc_id] = step["score"]
+        # ties keep the previous order: sorted() is stable
+        reranked = sorted(top, key=lambda d: -scores[d]) + order[len(top) :]
+        n = len(reranked)
+        return {"ranking": {d: float(n - i) for i, d in enumerate(reranked)}, "steps": steps}
+
+
+def build_rank1(ctx: StageContext) -> Rank1Reranker:
+    return Rank1Reranker(ctx)
+
+
+RANK1 = StageSpec(
+    "rank1",
+    "Rank1: the model reasons on each passage alone; P(true) at the token that ends </think>",
+    "agents.rerank.rank1:build_rank1",
+    uses_llm=True,
+    llm_nodes=("judge",),
+    prompts=(FAMILY, QUERY_FAMILY),
+    defaults=DEFAULTS,
+    check_options=check_options,
+)

@@ -1,0 +1,204 @@
+"""ReasonRank (`reasonrank`): listwise reasoning reranking as its own code runs it.
+
+ReasonRank (Liu et al. 2025; github.com/8421BCD/ReasonRank at 06721fd, the code its R2MED
+figures come from) reranks the top 100 in one pass of windows of 20 moving up by 10
+(``run_rank_llm.sh``: ``--window_size 20 --step_size 10 --retrieval_num 100 --num_passes 1
+--prompt_mode rank_GPT_reasoning``). Each window is one call:
+
+* messages (``rerank/rank_listwise_os_llm.py`` L199-216): the system prompt
+  ``system_prompt_reasoning`` of ``listwise_prompt_r1.toml`` (``prompts/reasonrank/system.txt``)
+  and one user turn: ``add_prefix_prompt`` (``utils.py`` L63) and a newline, every passage as
+  ``f"[{rank}] {content}\\n"``, then ``add_post_prompt`` (L72-74); the whole prompt mended by
+  ``ftfy.fix_text`` (L216), here each message's text (the template's own text is ASCII);
+* the query with ``[n]`` written ``(n)`` and stripped (L194, ``rankllm.py`` L529-530);
+* each passage (``utils.py`` L89-109, ``truncate_by_word=False`` at L210): stripped, mended by
+  ``fix_text``, cut to its first ``DOC_MAXLEN`` = 512 tokens of the model's tokenizer
+  (``index_and_topics.py`` L249-257, ``run_rank_llm.py`` L282), ``[n]`` written ``(n)``;
+* sampling (L118-122): temperature 0, ``max_tokens`` = ``reasoning_maxlen`` + 100 = 3,172
+  (the sampling table under both presets: the budget is the protocol's);
+* the reply read by ``rankllm.py`` ``_clean_response`` (L456-474): the ``<answer>`` of
+  ``<think>.*?</think>\\s*<answer>(.*?)</answer>`` searched in the lower-cased reply; failing
+  that, the text after its last ``<answer>``; failing that, the whole reply (the original
+  prints "the reasoning length is too long." and reads the digits of the reasoning). Every
+  non-digit becomes a space; ids minus one, repeats dropped, ids outside the window dropped,
+  the missing appended in their order (``receive_permutation`` L511-527). A digit that is not
+  an ASCII number (``int`` fails) leaves the window as it was (L512-516).
+
+Each reply's outcome (`OUTCOMES`) is in its trace step and counted in the task's summary.
+The windows are ReasonRank's own loop (`windows`), which differs from RankGPT's and from
+``llm-listwise``'s at the top of a list whose length is not a multiple of the step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agents.llm.steps import llm_call
+from agents.rerank import StageContext
+from agents.specs import StageSpec
+
+FAMILY = "reasonrank"
+PARTS = ("system", "passage", "post")  # besides default.txt, the user turn's opening
+DEFAULTS: dict[str, Any] = {
+    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    "api_base": "",
+    "depth": 100,  # --retrieval_num
+    "window": 20,  # --window_size
+    "step": 10,  # --step_size
+    "passage_tokens": 512,  # DOC_MAXLEN of every r2med_* dataset
+    # a Hugging Face tokenizer (folder or hub id) to cut passages with, as the original cuts
+    # with the checkpoint's; "" = the LLM's own (the embedded model's) or litellm's for it
+    "tokenizer": "",
+}
+# listwise_prompt_r1.toml L5 ``pattern``, searched with re.DOTALL (rankllm.py L458-459)
+ANSWER = re.compile(r"<think>.*?</think>\s*<answer>(.*?)</answer>", re.DOTALL)
+_BRACKETED_NUMBER = re.compile(r"\[(\d+)\]")
+OUTCOMES = {
+    "answer": "the <think>...</think> <answer>...</answer> pattern matched",
+    "open-answer": "no full pattern: the text after the last <answer> was read",
+    "no-answer": "no <answer>: the digits of the whole reply were read (the original's path)",
+    "unexpected": "a non-ASCII digit in the answer: the window kept its order",
+}
+
+
+def check_options(options: dict[str, Any]) -> None:
+    for key in ("depth", "window", "step", "passage_tokens"):
+        if options[key] < 1:
+            raise ValueError(f"{key} must be at least 1, got {options[key]}")
+
+
+def windows(n: int, depth: int, window: int, step: int) -> list[tuple[int, int]]:
+    """The [start, end) positions each window reranks, in the order ReasonRank runs them.
+
+    ``reranker.py`` L73-75 caps the end at the list's length and the window at it too;
+    ``rankllm.py`` L366-384 then loops while ``end > 0 and start + step != 0``, clamping the
+    start at 0 inside the loop, so a clamped window is always the last. 100/20/10 gives nine
+    windows, (80, 100) up to (0, 20); a list of 25 gives (5, 25) and (0, 15).
+    """
+    end = min(depth, n)
+    start = end - min(window, n)
+    out: list[tuple[int, int]] = []
+    while end > 0 and start + step != 0:
+        start = max(start, 0)
+        out.append((start, end))
+        end -= step
+        start -= step
+    return out
+
+
+def replace_number(text: str) -> str:
+    """``[n]`` written ``(n)``, so that a passage cannot look like an identifier (L529-530)."""
+    return _BRACKETED_NUMBER.sub(r"(\1)", text)
+
+
+def clean_response(reply: str) -> tuple[str, str]:
+    """The digits ``_clean_response`` keeps of a reply (others as spaces), and its outcome."""
+    match = ANSWER.search(reply.lower())
+    if match:
+        text, outcome = match.group(1).strip(), "answer"
+    elif "<answer>" in reply:
+        text, outcome = reply.split("<answer>")[-1], "open-answer"
+    else:
+        text, outcome = reply, "no-answer"
+    return "".join(c if c.isdigit() else " " for c in text).strip(), outcome
+
+
+def receive_permutation(reply: str, k: int) -> tuple[list[int], str]:
+    """The window's new order as 0-based positions, and the reply's outcome."""
+    digits, outcome = clean_response(reply)
+    try:
+        listed = [int(x) - 1 for x in digits.split()]
+    except ValueError:  # "unexcepted output!": the window is left as it was (L514-516)
+        return list(range(k)), "unexpected"
+    order = [i for i in dict.fromkeys(listed) if 0 <= i < k]
+    return order + [i for i in range(k) if i not in order], outcome
+
+
+def mended(text: str) -> str:
+    from ftfy import fix_text  # imported when a window is built: naming the stage stays light
+
+    return fix_text(text)
+
+
+class ReasonRankReranker:
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.options = ctx.options
+        # loaded here, not per query, so that building the stage records every prompt it sends
+        self.opening = ctx.prompts.get(FAMILY)
+        self.parts = {part: ctx.prompts.get(FAMILY, part) for part in PARTS}
+        self._tokenizer: Any = None
+        self.cut_by = ""
+
+    def passage(self, doc_id: str) -> str:
+        """A passage as ``convert_doc_to_prompt_content`` writes it (utils.py L89-109)."""
+        content = mended(self.ctx.corpus[doc_id].strip())
+        return replace_number(self.cut(content, self.options["passage_tokens"]))
+
+    def cut(self, text: str, limit: int) -> str:
+        name = self.options["tokenizer"]
+        if not name:
+            text, self.cut_by = self.ctx.llm.truncate_tokens(text, limit)
+            return text
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(name)
+            self.cut_by = f"the tokenizer of {name}"
+        tok = self._tokenizer
+        return tok.convert_tokens_to_string(tok.tokenize(text)[:limit])
+
+    def messages(self, query: str, doc_ids: list[str]) -> list[dict[str, str]]:
+        values = {"query": replace_number(query).strip(), "num": len(doc_ids)}
+        user = self.opening.render(**values)
+        for rank, doc_id in enumerate(doc_ids, 1):
+            user += self.parts["passage"].render(rank=rank, passage=self.passage(doc_id))
+        user += self.parts["post"].render(**values)
+        system = self.parts["system"].render()
+        return [
+            {"role": "system", "content": mended(system)},
+            {"role": "user", "content": mended(user)},
+        ]
+
+    async def rerank(
+        self, query_id: str, query: str, ranking: Mapping[str, float]
+    ) -> dict[str, Any]:
+        order = list(ranking)
+        steps: list[dict[str, Any]] = []
+        o = self.options
+        for start, end in windows(len(order), o["depth"], o["window"], o["step"]):
+            ids = order[start:end]
+            completion, call = await llm_call(self.ctx, "window", self.messages(query, ids))
+            permutation, outcome = receive_permutation(completion.text, len(ids))
+            order[start:end] = [ids[i] for i in permutation]
+            steps.append({
+                "node": "window",
+                "window": [start, end],
+                "doc_ids": ids,
+                "reply": completion.text,  # the reasoning too: it is what the model wrote
+                "outcome": outcome,
+                "permutation": [i + 1 for i in permutation],
+                "order": order[start:end],
+                "passages_cut_by": self.cut_by,
+                **{k: v for k, v in call.items() if k not in ("node", "output")},
+            })  # fmt: skip
+        n = len(order)
+        return {"ranking": {d: float(n - i) for i, d in enumerate(order)}, "steps": steps}
+
+
+def build_reasonrank(ctx: StageContext) -> ReasonRankReranker:
+    return ReasonRankReranker(ctx)
+
+
+REASONRANK = StageSpec(
+    "reasonrank",
+    "ReasonRank: listwise reasoning over windows of 20 by 10 (its prompt, budget and parser)",
+    "agents.rerank.reasonrank:build_reasonrank",
+    uses_llm=True,
+    llm_nodes=("window",),
+    prompts=(FAMILY,),
+    defaults=DEFAULTS,
+    check_options=check_options,
+)
