@@ -312,6 +312,54 @@ def test_continue_mode_through_the_server_equals_the_in_process_run(
     assert len(server.completions_endpoint()) - before == 2 * len(llm_steps(served))
 
 
+def test_rank1_forces_through_the_server_with_its_token_ids_as_in_process(qwen_server, tmp_path):
+    """Rank1's forced completion (rank1.py L94-162) on a real llama.cpp server: the ids of
+    " true" and " false" come from the server's tokenizer, the forced token is restricted by a
+    logit bias, and every score equals the embedded model's, restricted by allowed_token_ids
+    (the server reports pre-bias logprobs: the same ratio)."""
+    import asyncio
+
+    from agents.llm import LLM
+    from agents.llm.local import tokenizer
+    from agents.rerank import StageContext
+    from agents.rerank.rank1 import DEFAULTS, build_rank1
+    from prompts import PromptBook
+
+    corpus = {"d1": "Aspirin reduces fever.", "d2": "Paris is in France.", "d3": "Rust is fast."}
+    ranking = {"d1": 3.0, "d2": 2.0, "d3": 1.0}
+
+    def rerank(llm):
+        ctx = StageContext(
+            corpus=corpus, task="toy", options={**DEFAULTS, "depth": 3}, llm=llm,
+            prompts=PromptBook(task="toy"),
+            sampling={"judge": {"temperature": 0.0, "max_tokens": 16}},
+        )  # fmt: skip
+        return asyncio.run(build_rank1(ctx).rerank("q1", "what reduces fever?", ranking))
+
+    before = len(qwen_server.completions_endpoint())
+    served = rerank(LLM(f"openai/{SERVED}", api_base=qwen_server.url, server="llamacpp",
+                        cache_dir=tmp_path / "served"))  # fmt: skip
+    local = rerank(LLM("local/qwen2.5-coder-0.5b", cache_dir=tmp_path / "local"))
+    tok = tokenizer("qwen2.5-coder-0.5b")
+    ids = [tok.tokenize(" true")[0], tok.tokenize(" false")[0]]
+    forced = [s for s in served["steps"] if "forced" in s]
+    assert [s["outcome"] for s in served["steps"]] == [s["outcome"] for s in local["steps"]]
+    assert forced and {s["outcome"] for s in forced} == {"forced"}
+    assert {s["forced_by"] for s in forced} == {f"logit_bias +100 on {ids}"}
+    assert {s.get("forced_by") for s in local["steps"] if "forced" in s} == {
+        f"allowed_token_ids {ids}"
+    }
+    for mine, theirs in zip(served["steps"], local["steps"], strict=True):
+        assert mine["reply"] == theirs["reply"] and mine["score"] == theirs["score"]
+        if "forced" in mine:
+            assert mine["forced"]["prompt"] == theirs["forced"]["prompt"]
+            assert mine["forced"]["output"] == theirs["forced"]["output"]
+    assert served["ranking"] == local["ranking"]
+    # each call after a reset request (serving.FreshPrompts): its reply, and any forced token
+    calls = len(served["steps"]) + len(forced)
+    assert len(qwen_server.completions_endpoint()) - before == 2 * calls
+
+
 def test_served_runs_equal_the_in_process_run_whatever_the_server_ran_before(qwen_server, tmp_path):
     """Search-R1 with several queries in flight, twice, in different orders (2 then 4 in
     flight, the second run after the first's last request): every call's output is the

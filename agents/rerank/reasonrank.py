@@ -40,7 +40,7 @@ from agents.rerank import StageContext
 from agents.specs import StageSpec
 
 FAMILY = "reasonrank"
-PARTS = ("system", "passage", "post")  # besides default.txt, the user turn's opening
+PARTS = ("system", "passage", "rank")  # besides default.txt, the user turn's opening
 DEFAULTS: dict[str, Any] = {
     "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
     "api_base": "",
@@ -155,7 +155,7 @@ class ReasonRankReranker:
         user = self.opening.render(**values)
         for rank, doc_id in enumerate(doc_ids, 1):
             user += self.parts["passage"].render(rank=rank, passage=self.passage(doc_id))
-        user += self.parts["post"].render(**values)
+        user += self.parts["rank"].render(**values)
         system = self.parts["system"].render()
         return [
             {"role": "system", "content": mended(system)},

@@ -1,0 +1,281 @@
+"""The `reasonrank` stage against ReasonRank's own code (github.com/8421BCD/ReasonRank at
+06721fd): its windows, its prompt, its reading of a reply; scripted and embedded models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from ftfy import fix_text
+
+from agents.llm import LLM, scripted
+from agents.llm.local import render_chatml
+from agents.llm.sampling import resolve
+from agents.rerank import StageContext
+from agents.rerank.reasonrank import (
+    ANSWER,
+    DEFAULTS,
+    build_reasonrank,
+    clean_response,
+    receive_permutation,
+    windows,
+)
+from agents.run import main
+from eval.runs import read_records
+from prompts import PromptBook
+from tests import tiny_models
+
+# listwise_prompt_r1.toml L3, system_prompt_reasoning
+SYSTEM_PROMPT_REASONING = (
+    "You are RankLLM, an intelligent assistant that can rank passages based on their relevance "
+    "to the query. Given a query and a passage list, you first thinks about the reasoning "
+    "process in the mind and then provides the answer (i.e., the reranked passage list). The "
+    "reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+    "tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
+    "</answer>."
+)
+
+
+def original_windows(n: int, rank_end: int = 100, window_size: int = 20, step: int = 10):
+    """reranker.py L73-75 and rankllm.py L366-384, transcribed: the windows it would run."""
+    rank_start, rank_end, window_size = 0, min(rank_end, n), min(window_size, n)
+    windows_end, windows_start = rank_end, rank_end - window_size
+    out = []
+    while windows_end > rank_start and windows_start + step != rank_start:
+        windows_start = max(windows_start, rank_start)
+        out.append((windows_start, windows_end))
+        windows_end = windows_end - step
+        windows_start = windows_start - step
+    return out
+
+
+def original_messages(tokenizer, query: str, passages: list[str], max_length: int) -> list[dict]:
+    """rank_listwise_os_llm.py L191-214 with utils.py L61-74 and L89-112, transcribed for
+    prompt_mode rank_GPT_reasoning and an R2MED document ({'contents': text}, no title)."""
+
+    def replace_number(s):
+        return re.sub(r"\[(\d+)\]", r"(\1)", s)
+
+    query = replace_number(query).strip()
+    num = len(passages)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT_REASONING}]
+    prefix = (
+        f"I will provide you with {num} passages, each indicated by a numerical identifier []. "
+        f"Rank the passages based on their relevance to the search query: {query}.\n"
+    )
+    input_context = f"{prefix}\n"
+    for rank, text in enumerate(passages, 1):
+        content = fix_text(text.strip())
+        content = tokenizer.convert_tokens_to_string(tokenizer.tokenize(content)[:max_length])
+        input_context += f"[{rank}] {replace_number(content)}\n"
+    example_ordering = "[2] > [1]"
+    input_context += (
+        f"Search Query: {query}.\nRank the {num} passages above based on their relevance to the "
+        "search query. All the passages should be included and listed using identifiers, in "
+        f"descending order of relevance. The format of the answer should be [] > [], e.g., "
+        f"{example_ordering}."
+    )
+    messages.append({"role": "user", "content": input_context})
+    return messages
+
+
+# --- windows ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 9, 10, 11, 15, 19, 20, 21, 25, 30, 31, 55, 99, 100, 250])
+def test_windows_are_reasonranks_own_loop(n):
+    assert windows(n, 100, 20, 10) == original_windows(n)
+
+
+def test_the_run_scripts_setting_makes_nine_windows_from_the_bottom_up():
+    # run_rank_llm.sh: --window_size 20 --step_size 10 --retrieval_num 100
+    assert windows(100, 100, 20, 10) == [(80, 100), (70, 90), (60, 80), (50, 70), (40, 60),
+                                         (30, 50), (20, 40), (10, 30), (0, 20)]  # fmt: skip
+    # a clamped window is the last: 25 passages give two windows, not RankGPT-style three
+    assert windows(25, 100, 20, 10) == [(5, 25), (0, 15)]
+    # a single passage is still sent, as the original sends it
+    assert windows(1, 100, 20, 10) == [(0, 1)]
+
+
+# --- reading a reply --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "order", "outcome"),
+    [
+        ("<think>d2 is best</think>\n<answer>[2] > [3] > [1]</answer>", [1, 2, 0], "answer"),
+        # the pattern is searched in the lower-cased reply (rankllm.py L459)
+        ("<THINK>x</THINK> <ANSWER>[3] > [1] > [2]</ANSWER>", [2, 0, 1], "answer"),
+        # cut at the budget inside the answer: the text after the last <answer> (L463-464)
+        ("<think>long</think> <answer>[3] > [2", [2, 1, 0], "open-answer"),
+        # no <answer>: the digits of the whole reply, reasoning included (L465-466)
+        ("<think>passage [3] looks better than [1], since 2 is", [2, 0, 1], "no-answer"),
+        # repeats dropped, ids outside the window dropped, the missing appended (L518-522)
+        ("<think>.</think><answer>[2] > [2] > [7] > [0]</answer>", [1, 0, 2], "answer"),
+        ("<think>nothing</think><answer>none</answer>", [0, 1, 2], "answer"),
+        # a Unicode digit int() refuses: "unexcepted output!", the window as it was (L512-516)
+        ("<think>.</think><answer>[2] > [3²]</answer>", [0, 1, 2], "unexpected"),
+    ],
+)
+def test_replies_are_read_as_receive_permutation_reads_them(reply, order, outcome):
+    assert receive_permutation(reply, 3) == (order, outcome)
+
+
+def test_the_answer_pattern_is_the_toml_one():
+    assert ANSWER.pattern == r"<think>.*?</think>\s*<answer>(.*?)</answer>"
+    assert clean_response("<think>a\nb</think>\n\n<answer> [1] > [2] </answer>") == (
+        "1     2",
+        "answer",
+    )
+
+
+# --- the prompt ---------------------------------------------------------------------------
+
+
+QUERY = "A patient’s [1] fever after [2] days: which drug?"
+CORPUS = {
+    "d1": "  Aspirin [3] reduces fever and pain by inhibiting cyclooxygenase enzymes.  ",
+    "d2": "The patientâ€™s fever responded to paracetamol within two days of treatment.",
+    "d3": "Ibuprofen is a nonsteroidal anti-inflammatory drug used for fever in children.",
+}
+
+
+def run_stage(tmp_path, replies, options=None, ranking=None, model="scripted/x"):
+    queue = list(replies)
+    seen: list[list[dict]] = []
+
+    def respond(messages, params):
+        seen.append(messages)
+        return queue.pop(0)
+
+    provider = scripted.install(respond)
+    ctx = StageContext(
+        corpus=CORPUS, task="toy", options={**DEFAULTS, **(options or {})},
+        llm=LLM(model=model, cache_dir=tmp_path / "cache"), prompts=PromptBook(task="toy"),
+    )  # fmt: skip
+    ranking = ranking or {"d1": 3.0, "d2": 2.0, "d3": 1.0}
+    result = asyncio.run(build_reasonrank(ctx).rerank("q1", QUERY, ranking))
+    return result, seen, provider
+
+
+def test_a_window_is_the_prompt_reasonranks_code_builds(tmp_path):
+    folder = tmp_path / "tok"
+    tiny_models.llama_tokenizer(folder, add_eos_token=False, pad_token=None)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    options = {"tokenizer": str(folder), "passage_tokens": 12}
+    _, seen, _ = run_stage(tmp_path, ["<think>.</think><answer>[1]</answer>"], options)
+    want = original_messages(tokenizer, QUERY, [CORPUS[d] for d in ("d1", "d2", "d3")], 12)
+    # rank_listwise_os_llm.py L215-216: the chat template's prompt, then fix_text over it all
+    assert render_chatml(seen[0]) == fix_text(render_chatml(want))
+    user = seen[0][1]["content"]
+    assert "patient's" in user and "patient’s" not in user  # mended, quotes uncurled
+    assert user.count("\n[") == 3  # three passages, each on its own line
+
+
+def test_each_window_step_keeps_the_whole_reply_and_its_outcome(tmp_path):
+    reply = "<think>d3 treats children</think> <answer>[3] > [1] > [2]</answer>"
+    result, _, provider = run_stage(tmp_path, [reply])
+    (step,) = result["steps"]
+    assert provider.calls == 1
+    assert step["reply"] == reply and step["outcome"] == "answer"
+    assert step["window"] == [0, 3] and step["permutation"] == [3, 1, 2]
+    assert list(result["ranking"]) == ["d3", "d1", "d2"]
+    assert step["messages"][0]["content"] == SYSTEM_PROMPT_REASONING
+    user = step["messages"][1]["content"]
+    assert "[1] Aspirin (3) reduces" in user and "search query: A patient's (1) fever" in user
+    assert "scripted/x" in step["passages_cut_by"] or "tokenizer" in step["passages_cut_by"]
+
+
+def test_windows_are_called_in_order_and_each_sees_the_last_ones_result(tmp_path):
+    ranking = {f"d{i}": float(10 - i) for i in (1, 2, 3)}
+    replies = ["<think>.</think><answer>[2] > [1]</answer>"] * 2
+    result, seen, _ = run_stage(tmp_path, replies, {"window": 2, "step": 1}, ranking)
+    assert [tuple(s["window"]) for s in result["steps"]] == [(1, 3), (0, 2)]
+    assert result["steps"][0]["order"] == ["d3", "d2"]
+    assert result["steps"][1]["doc_ids"] == ["d1", "d3"]  # d3 climbed into the next window
+    assert list(result["ranking"]) == ["d3", "d1", "d2"]
+
+
+def test_both_presets_send_reasonranks_budget():
+    for preset in ("default", "paper"):
+        sent = resolve(preset, "reasonrank", "window", "hosted_vllm/liuwenhan/reasonrank-32B",
+                       "vllm").params  # fmt: skip
+        assert sent == {"temperature": 0.0, "max_tokens": 3172}
+
+
+def test_bad_options_are_refused():
+    from agents.config import ConfigError, parse_stage
+
+    for spec in ("reasonrank,window=0", "reasonrank,step=0", "reasonrank,passage_tokens=0"):
+        with pytest.raises(ConfigError):
+            parse_stage(spec)
+
+
+# --- end to end ---------------------------------------------------------------------------
+
+
+def reverse_window(messages, params):
+    k = len(re.findall(r"^\[\d+\] ", messages[-1]["content"], re.MULTILINE))
+    ids = " > ".join(f"[{i}]" for i in range(k, 0, -1))
+    return f"<think>reversing</think>\n<answer>{ids}</answer>"
+
+
+def test_a_run_reranks_with_reasonrank_and_counts_outcomes(tmp_path, toy_dir):
+    provider = scripted.install(reverse_window)
+    assert main([
+        "--agent", "none", "--dataset", str(toy_dir), "--model", "scripted/x",
+        "--rerank", "reasonrank,depth=5,window=2,step=1",
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+        "--run-name", "r", "--quiet",
+    ]) == 0  # fmt: skip
+    run_dir = tmp_path / "runs" / "r"
+    first = read_records(run_dir / "toy" / "queries.jsonl")
+    staged = read_records(run_dir / "toy" / "rerank-1-reasonrank" / "queries.jsonl")
+    for q, record in first.items():
+        before = [d for d, _ in record["ranking"]]
+        steps = staged[q]["steps"]
+        assert [tuple(s["window"]) for s in steps] == original_windows(len(before), 5, 2, 1)
+        order = before[:]
+        for s in steps:
+            lo, hi = s["window"]
+            order[lo:hi] = order[lo:hi][::-1]
+        assert [d for d, _ in staged[q]["ranking"]] == order
+    windows_run = sum(len(r["steps"]) for r in staged.values())
+    assert provider.calls == windows_run
+    summary = json.loads((run_dir / "toy" / "metrics.json").read_text())
+    assert summary["outcomes"]["rerank-1-reasonrank"] == {"answer": windows_run}
+    prompts = json.loads((run_dir / "config.json").read_text())["prompts"]
+    assert {n for n in prompts if n.startswith("reasonrank")} == {
+        "reasonrank/default", "reasonrank/system", "reasonrank/passage", "reasonrank/rank"
+    }  # fmt: skip
+
+
+def test_the_embedded_model_runs_the_stage(tmp_path, toy_dir):
+    """Real llama.cpp replies: a small model writes no ReasonRank answer, and every window is
+    still read (by the original's fallback) and counted; a rerun is the same, from the cache."""
+
+    def run(runs_dir):
+        assert main([
+            "--agent", "none", "--dataset", str(toy_dir), "--model", "local/smollm2-135m",
+            "--rerank", "reasonrank,depth=3,window=2,step=1,passage_tokens=24",
+            "--max-tokens", "24", "--limit", "2", "--runs-dir", str(runs_dir),
+            "--cache-dir", str(tmp_path / "cache"), "--run-name", "e", "--quiet",
+        ]) == 0  # fmt: skip
+        run_dir = runs_dir / "e" / "toy"
+        return read_records(run_dir / "rerank-1-reasonrank" / "queries.jsonl"), run_dir
+
+    staged, run_dir = run(tmp_path / "runs")
+    steps = [s for r in staged.values() for s in r["steps"]]
+    assert steps and all(r["error"] is None for r in staged.values())
+    assert all(s["passages_cut_by"] == "local/smollm2-135m's own tokenizer" for s in steps)
+    outcomes = json.loads((run_dir / "metrics.json").read_text())["outcomes"]
+    assert sum(outcomes["rerank-1-reasonrank"].values()) == len(steps)
+    rerun, _ = run(tmp_path / "again")
+    assert {q: r["ranking"] for q, r in rerun.items()} == {
+        q: r["ranking"] for q, r in staged.items()
+    }
+    assert all(s["cached"] for r in rerun.values() for s in r["steps"])
