@@ -189,8 +189,9 @@ def test_missing_placeholder_value_names_prompt_and_placeholder():
 def test_unknown_prompt_name_lists_known_ones():
     with pytest.raises(
         PromptError,
-        match="known prompts: hyde, insertrank, lamer, query2doc, query2doc-examples, reason, "
-        "rerank-listwise, rerank-pointwise, search-o1, search-r1, system",
+        match="known prompts: hyde, insertrank, lamer, query2doc, query2doc-examples, rank1, "
+        "rank1-query, reason, reasonrank, rerank-listwise, rerank-pointwise, search-o1, "
+        "search-r1, system",
     ):
         load_prompt("hide", "exam")
 
@@ -240,6 +241,12 @@ RULES = {
     "rerank-listwise/received": ({"rank"}, {"rank"}),
     "rerank-listwise/ready": (set(), set()),
     "rerank-listwise/system": (set(), set()),
+    "reasonrank": ({"num", "query"}, {"num", "query"}),
+    "reasonrank/rank": ({"num", "query"}, {"num", "query"}),
+    "reasonrank/passage": ({"passage", "rank"}, {"passage", "rank"}),
+    "reasonrank/system": (set(), set()),
+    "rank1": ({"query", "passage"}, {"query", "passage"}),
+    "rank1-query": ({"query"}, {"query"}),
     **{
         name: ({"query", "passage"}, {"query", "passage"})
         for name in (
