@@ -279,3 +279,20 @@ def test_the_embedded_model_runs_the_stage(tmp_path, toy_dir):
         q: r["ranking"] for q, r in staged.items()
     }
     assert all(s["cached"] for r in rerun.values() for s in r["steps"])
+
+
+@pytest.mark.parametrize("kind", ["reasonrank", "rank1"])
+def test_a_tokenizer_that_does_not_load_stops_the_run_before_any_call(
+    tmp_path, toy_dir, capsys, kind
+):
+    provider = scripted.install(reverse_window)
+    missing = tmp_path / "no-such-tokenizer"
+    status = main([
+        "--agent", "none", "--dataset", str(toy_dir), "--model", "scripted/x",
+        "--rerank", f"{kind},tokenizer={missing}", "--runs-dir", str(tmp_path / "runs"),
+        "--cache-dir", str(tmp_path / "cache"), "--run-name", "t", "--quiet",
+    ])  # fmt: skip
+    err = capsys.readouterr().err
+    assert status == 2 and provider.calls == 0
+    assert f"option tokenizer={missing}: no tokenizer loads from it" in err
+    assert "Traceback" not in err

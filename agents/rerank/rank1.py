@@ -41,6 +41,7 @@ from typing import Any
 
 from agents.llm.steps import llm_complete_call
 from agents.rerank import StageContext
+from agents.rerank.reasonrank import load_tokenizer
 from agents.specs import StageSpec
 
 FAMILY = "rank1"
@@ -112,6 +113,8 @@ class Rank1Reranker:
         self.prompt = ctx.prompts.get(FAMILY)
         self.instruction = ctx.prompts.get(QUERY_FAMILY)  # by task, as prompts.py keys it
         self._force: tuple[str, dict[str, Any]] | None = None
+        name = self.options["tokenizer"]
+        self.hub_tokenizer = load_tokenizer(name) if name else None  # refused before any call
 
     def render(self, query: str, passage: str) -> str:
         return self.prompt.render(query=self.instruction.render(query=query), passage=passage)
@@ -147,9 +150,7 @@ class Rank1Reranker:
         option, the embedded model's own, or the server's; None when none gives them."""
         llm, name = self.ctx.llm, self.options["tokenizer"]
         if name:
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(name)
+            tok = self.hub_tokenizer
             return [tok(w, add_special_tokens=False).input_ids[0] for w in (TRUE, FALSE)]
         if llm.model.startswith("local/"):
             from agents.llm.local import tokenizer

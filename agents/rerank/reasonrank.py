@@ -116,6 +116,18 @@ def receive_permutation(reply: str, k: int) -> tuple[list[int], str]:
     return order + [i for i in range(k) if i not in order], outcome
 
 
+def load_tokenizer(name: str) -> Any:
+    """A Hugging Face tokenizer by hub id or folder, loaded when the stage is built so that a
+    wrong name stops the run before any call (one line, naming the option)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"option tokenizer={name}: no tokenizer loads from it ({first})") from None
+
+
 def mended(text: str) -> str:
     from ftfy import fix_text  # imported when a window is built: naming the stage stays light
 
@@ -129,8 +141,10 @@ class ReasonRankReranker:
         # loaded here, not per query, so that building the stage records every prompt it sends
         self.opening = ctx.prompts.get(FAMILY)
         self.parts = {part: ctx.prompts.get(FAMILY, part) for part in PARTS}
-        self._tokenizer: Any = None
-        self.cut_by = ""
+        self._tokenizer = (
+            load_tokenizer(ctx.options["tokenizer"]) if ctx.options["tokenizer"] else None
+        )
+        self.cut_by = f"the tokenizer of {ctx.options['tokenizer']}" if self._tokenizer else ""
 
     def passage(self, doc_id: str) -> str:
         """A passage as ``convert_doc_to_prompt_content`` writes it (utils.py L89-109)."""
@@ -138,15 +152,9 @@ class ReasonRankReranker:
         return replace_number(self.cut(content, self.options["passage_tokens"]))
 
     def cut(self, text: str, limit: int) -> str:
-        name = self.options["tokenizer"]
-        if not name:
+        if self._tokenizer is None:
             text, self.cut_by = self.ctx.llm.truncate_tokens(text, limit)
             return text
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(name)
-            self.cut_by = f"the tokenizer of {name}"
         tok = self._tokenizer
         return tok.convert_tokens_to_string(tok.tokenize(text)[:limit])
 
