@@ -76,15 +76,19 @@ def format_step(
     """One step as text; ``grades`` (the query's qrels) mark the relevant documents."""
     node = step.get("node", "?")
     lines = [f"[{number}] {node}"]
-    if "messages" in step:
+    if "messages" in step or "prompt" in step:
         usage = step.get("usage", {})
         cached = " (cached)" if step.get("cached") else ""
         lines[0] += (
             f"  tokens {usage.get('prompt_tokens', 0)} in / {usage.get('completion_tokens', 0)}"
             f" out, {usage.get('latency_s', 0):.2f} s{cached}, finish {step.get('finish_reason')}"
         )
-        lines.append("  input (last message, " + step["messages"][-1]["role"] + "):")
-        lines.append(_block(str(step["messages"][-1].get("content") or ""), limit))
+        if "messages" in step:
+            lines.append("  input (last message, " + step["messages"][-1]["role"] + "):")
+            lines.append(_block(str(step["messages"][-1].get("content") or ""), limit))
+        else:  # a raw prompt (Rank1's), sent without a chat template
+            lines.append("  input (raw prompt):")
+            lines.append(_block(step["prompt"], limit))
         lines.append("  output:")
         lines.append(_block(step.get("output", ""), limit))
         for call in step.get("tool_calls", ()):
@@ -118,6 +122,17 @@ def format_step(
             f"score {step['score']}"
             f" from {step['judged_by']}"
         )
+    if "outcome" in step:  # how a reasoning reranker's reply was read (reasonrank, rank1)
+        judged = (
+            f"document {mark(step['doc_id'], grades)} (was rank {step['rank']}): "
+            f"score {step['score']}, "
+            if "doc_id" in step
+            else ""
+        )
+        lines.append(f"  {judged}read: {step['outcome']}")
+    if "forced" in step:  # Rank1's forced token after an unclosed reply
+        forced = step["forced"]
+        lines.append(f"  forced ({step.get('forced_by')}): {forced.get('output')!r}")
     for key in ("reason", "message", "note"):
         if key in step:
             lines.append(f"  {key}: {step[key]}")

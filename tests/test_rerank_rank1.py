@@ -22,6 +22,7 @@ from agents.rerank.rank1 import (
     true_probability,
 )
 from agents.run import main
+from agents.trace import main as trace_main
 from eval.runs import read_records
 from prompts import PromptBook
 from tests import tiny_models
@@ -157,7 +158,7 @@ def test_each_passage_is_one_raw_completion_scored_at_its_last_token(tmp_path):
     assert messages[0]["content"] == original_prompt("what reduces fever?", CORPUS["d1"])
     step = result["steps"][1]
     assert step["doc_id"] == "d2" and step["outcome"] == "closed"
-    assert step["score"] == pytest.approx(0.9) and step["reply"] == "It is. </think> true"
+    assert step["score"] == pytest.approx(0.9) and step["output"] == "It is. </think> true"
     assert step["prompt"] == original_prompt("what reduces fever?", CORPUS["d2"])
 
 
@@ -224,7 +225,7 @@ def test_logit_bias_and_no_restriction_are_sent_as_asked(tmp_path, hub_tokenizer
     assert result["steps"][0]["forced_by"].startswith("none: no tokenizer gives the ids")
 
 
-def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir):
+def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir, capsys):
     def respond(messages, params):
         prompt = messages[0]["content"]
         if prompt.endswith("</think>"):
@@ -251,6 +252,12 @@ def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir):
     assert [d for d, _ in staged["q1"]["ranking"]][0] == "d2"  # the Metformin passage
     outcomes = json.loads((run_dir / "metrics.json").read_text())["outcomes"]
     assert outcomes["rerank-1-rank1"] == {"closed": closed, "forced": len(steps) - closed}
+    capsys.readouterr()
+    assert trace_main([str(tmp_path / "runs" / "a"), "q1"]) == 0
+    shown = capsys.readouterr().out
+    assert "input (raw prompt):" in shown and "<think>" in shown
+    assert "document d2 [R1] (was rank" in shown and "read: closed" in shown
+    assert "read: forced" in shown and "forced (none: no tokenizer gives" in shown
     calls = provider.calls
     assert cli("b") == 0
     assert provider.calls == calls

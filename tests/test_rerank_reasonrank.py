@@ -181,7 +181,7 @@ def test_each_window_step_keeps_the_whole_reply_and_its_outcome(tmp_path):
     result, _, provider = run_stage(tmp_path, [reply])
     (step,) = result["steps"]
     assert provider.calls == 1
-    assert step["reply"] == reply and step["outcome"] == "answer"
+    assert step["output"] == reply and step["outcome"] == "answer"
     assert step["window"] == [0, 3] and step["permutation"] == [3, 1, 2]
     assert list(result["ranking"]) == ["d3", "d1", "d2"]
     assert step["messages"][0]["content"] == SYSTEM_PROMPT_REASONING

@@ -350,7 +350,7 @@ def test_rank1_forces_through_the_server_with_its_token_ids_as_in_process(qwen_s
         f"allowed_token_ids {ids}"
     }
     for mine, theirs in zip(served["steps"], local["steps"], strict=True):
-        assert mine["reply"] == theirs["reply"] and mine["score"] == theirs["score"]
+        assert mine["output"] == theirs["output"] and mine["score"] == theirs["score"]
         if "forced" in mine:
             assert mine["forced"]["prompt"] == theirs["forced"]["prompt"]
             assert mine["forced"]["output"] == theirs["forced"]["output"]

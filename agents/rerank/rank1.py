@@ -167,10 +167,8 @@ class Rank1Reranker:
         completion, call = await llm_complete_call(
             self.ctx, "judge", prompt, stop=STOP, logprobs=True, top_logprobs=TOP_LOGPROBS
         )
-        step: dict[str, Any] = {
-            "reply": completion.text,
-            **{k: v for k, v in call.items() if k not in ("node", "output")},
-        }
+        # the call's output is the whole reply, the reasoning too
+        step: dict[str, Any] = {k: v for k, v in call.items() if k != "node"}
         score = true_probability(completion.logprobs)
         if score is not None:
             return {**step, "score": round(score, 6), "outcome": "closed"}

@@ -185,12 +185,12 @@ class ReasonRankReranker:
                 "node": "window",
                 "window": [start, end],
                 "doc_ids": ids,
-                "reply": completion.text,  # the reasoning too: it is what the model wrote
                 "outcome": outcome,
                 "permutation": [i + 1 for i in permutation],
                 "order": order[start:end],
                 "passages_cut_by": self.cut_by,
-                **{k: v for k, v in call.items() if k not in ("node", "output")},
+                # the call's output is the whole reply, the reasoning too
+                **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
         n = len(order)
         return {"ranking": {d: float(n - i) for i, d in enumerate(order)}, "steps": steps}
