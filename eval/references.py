@@ -13,6 +13,13 @@ R2MED publishes its figures twice, and the two are not the same table:
   ``eval/references/r2med-leaderboard.json`` (67 rows); its rows are labelled "R2MED
   leaderboard". It holds 20 rows the repository lacks (o3-mini, text-embedding-3-large with
   an LLM, Search-o1 and Search-R1 over BM25) and lacks query2doc, LameR and the rerankers.
+* **Methods' own authors** (``eval/references/r2med-authors.json``, written by hand): an
+  R2MED figure a method's authors published in their own repository, each row with its
+  repository, commit, file, line and the line's words (`AUTHORS_TABLE`); labelled by that
+  source ("ReasonRank repository"). Such a source may give the 8-task average alone: the row
+  then holds no per-task figure (`Reference.average_only`): ``show`` says "not published"
+  where a task's figure would be, no output prints one, and only the 8-task nDCG@10 average
+  is read from it. ReasonRank-32B's 42.85 is one (its README, line 30 at 06721fd).
 
 **Row ids and specs.** A row id is the same in both sources: ``base/<retriever>``,
 ``<method>/<llm>/<retriever>`` (hyde, query2doc, lamer, search-o1, search-r1) and
@@ -23,6 +30,8 @@ is ``<table>:<row id>`` and names one source, never a fallback to the other:
 * ``r2med:<row>``: the repository's row (R2MED's path is accepted too:
   ``r2med:results/gar/hyde/qwen-7b/bm25``); every spec that worked before still does.
 * ``r2med-leaderboard:<row>``: the leaderboard's row, e.g. ``r2med-leaderboard:hyde/o3-mini/nv``.
+* ``r2med-authors:<row>``: a method's authors' row, e.g.
+  ``r2med-authors:reranker/reasonrank-32b/e5/top_100``.
 
 A spec naming a row its source lacks is refused in one line that names the other source's
 spec when that one has the row. From the command line::
@@ -40,7 +49,7 @@ names by `LEADERBOARD_LLMS` and `LEADERBOARD_RETRIEVERS` (case-insensitive); ``-
 page's HyDE rows are ``results/gar/hyde``'s: the 24 both sources hold agree to the rounding).
 A name that maps to none is refused, naming the TSV's line and field.
 
-**Conflicts are shown, never resolved.** Where both sources hold a row, its nDCG@10 is
+**Conflicts are shown, never resolved.** Where both of R2MED's sources hold a row, its nDCG@10 is
 compared task by task on the leaderboard's scale: the repository's 5-decimal fraction ×100
 against the page's 2-decimal figure. They agree when the one rounds to the other, i.e. they
 are at most 0.005 apart; at an exact half either rounding is accepted, because the page
@@ -90,7 +99,9 @@ from eval.metrics import FAMILIES, parse_metric, parse_metrics
 DATA_DIR = Path(__file__).resolve().parent / "references"
 DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
 LEADERBOARD_TABLE = "r2med-leaderboard"  # R2MED's project page
-TABLES = (DEFAULT_TABLE, LEADERBOARD_TABLE)  # the order the sources are shown in
+TABLES = (DEFAULT_TABLE, LEADERBOARD_TABLE)  # R2MED's own two sources, checked for conflicts
+AUTHORS_TABLE = "r2med-authors"  # R2MED figures a method's authors published themselves
+SHOWN_TABLES = (*TABLES, AUTHORS_TABLE)  # the order the sources are shown in
 REPOSITORY = "https://github.com/R2MED/R2MED"
 LEADERBOARD_PAGE = "https://r2med.github.io"
 LEADERBOARD_SOURCE = "R2MED leaderboard, r2med.github.io"
@@ -98,11 +109,15 @@ SHOWN_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "P@10", "MRR")
 LEADERBOARD_METRIC = "NDCG@10"  # the one metric the page publishes
 
 # what kind of source a table is, and how its rows are labelled
-REPOSITORY_KIND, LEADERBOARD_KIND = "repository", "leaderboard"
-SOURCE_NAMES = {REPOSITORY_KIND: "R2MED repository", LEADERBOARD_KIND: "R2MED leaderboard"}
-KIND_OF_TABLE = {DEFAULT_TABLE: REPOSITORY_KIND, LEADERBOARD_TABLE: LEADERBOARD_KIND}
-# decimals of a fraction: R2MED's files write 5; the page 2 of the figure ×100
-DECIMALS = {REPOSITORY_KIND: 5, LEADERBOARD_KIND: 4}
+REPOSITORY_KIND, LEADERBOARD_KIND, AUTHORS_KIND = "repository", "leaderboard", "authors"
+# an authors' row names its own source ("ReasonRank repository"); this names the column
+SOURCE_NAMES = {REPOSITORY_KIND: "R2MED repository", LEADERBOARD_KIND: "R2MED leaderboard",
+                AUTHORS_KIND: "method's authors"}  # fmt: skip
+KIND_OF_TABLE = {DEFAULT_TABLE: REPOSITORY_KIND, LEADERBOARD_TABLE: LEADERBOARD_KIND,
+                 AUTHORS_TABLE: AUTHORS_KIND}  # fmt: skip
+# decimals of a fraction: R2MED's files write 5; the page and the authors 2 of the figure ×100
+DECIMALS = {REPOSITORY_KIND: 5, LEADERBOARD_KIND: 4, AUTHORS_KIND: 4}
+NOT_PUBLISHED = "not published"  # a task's cell of an average-only row
 
 # R2MED's folders under results/, and the row-id prefix each gets
 BASE_FOLDER, GAR_FOLDER, RERANKER_FOLDER = "base retriever", "gar", "reranker"
@@ -136,6 +151,13 @@ class Reference:
     table: str = DEFAULT_TABLE
     kind: str = REPOSITORY_KIND
     published_average: float | None = None  # the source's own 8-task Avg (the leaderboard's)
+    # an authors' row: its source's name, the line of ``path`` that states the figure, that
+    # line's words, the setup the figure is of, and what the source leaves unsaid
+    name: str = ""
+    line: int | None = None
+    quote: str = ""
+    setup: str = ""
+    note: str = ""
 
     @property
     def spec(self) -> str:
@@ -143,8 +165,14 @@ class Reference:
 
     @property
     def source_name(self) -> str:
-        """The source in two words: "R2MED repository" or "R2MED leaderboard"."""
-        return SOURCE_NAMES[self.kind]
+        """The source in a few words: "R2MED repository", "R2MED leaderboard" or an authors'
+        row's own ("ReasonRank repository")."""
+        return self.name or SOURCE_NAMES[self.kind]
+
+    @property
+    def average_only(self) -> bool:
+        """Whether the source published the 8-task average alone, no per-task figure."""
+        return not self.tasks and self.published_average is not None
 
     @property
     def label(self) -> str:
@@ -161,6 +189,8 @@ class Reference:
         """Where the figures come from, in one line."""
         if self.kind == LEADERBOARD_KIND:
             return f"{LEADERBOARD_SOURCE} (its row {self.path})"
+        if self.kind == AUTHORS_KIND:
+            return f"{self.repository} at {self.commit}, {self.path} line {self.line}"
         return f"{self.repository} at {self.commit}, {self.path}"
 
     @property
@@ -168,6 +198,8 @@ class Reference:
         """A browsable address of the figures: the row's folder at its commit, or the page."""
         if self.kind == LEADERBOARD_KIND:
             return LEADERBOARD_PAGE
+        if self.kind == AUTHORS_KIND:  # the file's line, as GitHub shows it
+            return f"{self.repository}/blob/{self.commit}/{quote(self.path)}#L{self.line}"
         return f"{self.repository}/tree/{self.commit}/{quote(self.path)}"  # "base retriever"
 
     @property
@@ -190,6 +222,8 @@ class Reference:
         """Mean of ``metric`` over ``tasks`` (default: all the row's tasks), as a fraction:
         ×100 over the 8 tasks is the paper's Avg (a leaderboard row's: the page's own).
         ValueError when a task lacks the figure."""
+        if self.average_only:
+            return self._published_only_average(metric, tasks)
         names = list(self.tasks) if tasks is None else list(dict.fromkeys(tasks))
         values = []
         for task in names:
@@ -203,6 +237,17 @@ class Reference:
         if every and metric == LEADERBOARD_METRIC and self.published_average is not None:
             return self.published_average
         return sum(values) / len(values)
+
+    def _published_only_average(self, metric: str, tasks: Iterable[str] | None) -> float:
+        """An average-only row's average: the source's own, over all 8 tasks and nDCG@10
+        only; any other average would need figures the source never gave."""
+        every = tasks is None or {r2med_task_name(t) for t in tasks} == set(R2MED_TASKS)
+        if every and metric == LEADERBOARD_METRIC and self.published_average is not None:
+            return self.published_average
+        raise ValueError(
+            f"{self.spec}: its source published only the {LEADERBOARD_METRIC} average over "
+            f"R2MED's {len(R2MED_TASKS)} tasks, no per-task figures"
+        )
 
 
 # ---- the shipped tables --------------------------------------------------------------------
@@ -228,6 +273,8 @@ def references_from(data: Mapping[str, Any], table: str | None = None) -> dict[s
     source = data["source"]
     if source.get("kind") == LEADERBOARD_KIND:
         return _leaderboard_references(data, table or LEADERBOARD_TABLE)
+    if source.get("kind") == AUTHORS_KIND:
+        return _authors_references(data, table or AUTHORS_TABLE)
     return {
         row: Reference(
             row=row,
@@ -264,6 +311,49 @@ def _leaderboard_references(data: Mapping[str, Any], table: str) -> dict[str, Re
     }
 
 
+_AUTHORS_FIELDS = ("name", "repository", "commit", "path", "line", "quote", "avg", "tasks")
+
+
+def _authors_references(data: Mapping[str, Any], table: str) -> dict[str, Reference]:
+    """The rows of a table of authors' figures, each checked: its source pinned to a commit
+    and a line whose words hold the average, figures ×100 to 2 decimals, R2MED's tasks only,
+    and all 8 tasks' mean agreeing with the average when every task is given."""
+    metric = data["source"]["metric"]
+    rows = {}
+    for row, entry in data["rows"].items():
+        where = f"{table}: {row}"
+        if missing := [k for k in _AUTHORS_FIELDS if k not in entry]:
+            raise ValueError(f"{where}: no {', '.join(missing)}")
+        if not re.fullmatch(r"[0-9a-f]{40}", entry["commit"]):
+            raise ValueError(f"{where}: commit {entry['commit']!r}: expected 40 hex digits")
+        avg = _published_figure(repr(entry["avg"]), where, "avg")
+        if str(avg) not in entry["quote"]:  # the line quoted must be the figure's source
+            raise ValueError(f"{where}: avg {avg} is not in its quoted line")
+        figures = {t: _published_figure(repr(v), where, t) for t, v in entry["tasks"].items()}
+        if stray := [t for t in figures if t not in R2MED_TASKS]:
+            raise ValueError(f"{where}: not R2MED's task(s): {', '.join(stray)}")
+        if len(figures) == len(R2MED_TASKS):
+            mean = sum(figures.values()) / len(figures)
+            if abs(mean - avg) > AVERAGE_TOLERANCE:
+                raise ValueError(f"{where}: avg {avg}: the 8 tasks' mean is {mean:.3f}")
+        rows[row] = Reference(
+            row=row,
+            tasks={t: {metric: _fraction(float(v))} for t, v in figures.items()},
+            repository=entry["repository"],
+            commit=entry["commit"],
+            path=entry["path"],
+            table=table,
+            kind=AUTHORS_KIND,
+            published_average=_fraction(float(avg)),
+            name=entry["name"],
+            line=int(entry["line"]),
+            quote=entry["quote"],
+            setup=entry.get("setup", ""),
+            note=entry.get("note", ""),
+        )
+    return rows
+
+
 def load_references(name: str = DEFAULT_TABLE) -> dict[str, Reference]:
     """Every row of a shipped table (``eval/references/<name>.json``) by row id."""
     return dict(_read_table(name))
@@ -271,9 +361,9 @@ def load_references(name: str = DEFAULT_TABLE) -> dict[str, Reference]:
 
 def references_of(row: str) -> list[Reference]:
     """The row ``row`` (an id or R2MED's path) in every shipped source that holds it,
-    the repository's first."""
+    R2MED's repository first, its methods' authors last."""
     row = normalise_row(row)
-    return [refs[row] for refs in (load_references(t) for t in TABLES) if row in refs]
+    return [refs[row] for refs in (load_references(t) for t in SHOWN_TABLES) if row in refs]
 
 
 def normalise_row(text: str) -> str:
@@ -300,9 +390,9 @@ def reference(spec: str) -> Reference:
     row = normalise_row(row)
     if row in rows:
         return rows[row]
-    other = next((t for t in TABLES if t != name and row in load_references(t)), None)
-    if other is not None:  # the row is R2MED's, in its other source
-        hint = f"the {SOURCE_NAMES[KIND_OF_TABLE[other]]} has it: {other}:{row}"
+    other = next((t for t in SHOWN_TABLES if t != name and row in load_references(t)), None)
+    if other is not None:  # the row is in another shipped source
+        hint = f"the {load_references(other)[row].source_name} has it: {other}:{row}"
     else:
         close = difflib.get_close_matches(row, list(rows), n=5, cutoff=0.6)
         hint = f"close matches: {', '.join(close)}" if close else "no close match"
@@ -732,15 +822,21 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.2f}"
 
 
+AVERAGE_ONLY_MARK = "(avg only)"
+
+
 def _average_cell(ref: Reference | None, metric: str) -> str:
     """The row's average ×100 over all its tasks; "-" when a task lacks the metric (or there
-    is no row), and a "*" with the count when the row has fewer than R2MED's 8 tasks."""
+    is no row), a "*" with the count when the row has fewer than R2MED's 8 tasks, and
+    "(avg only)" when its source published the average alone."""
     if ref is None:
         return "-"
     try:
         text = _pct(ref.average(metric))
     except ValueError:
         return "-"
+    if ref.average_only:
+        return f"{text} {AVERAGE_ONLY_MARK}"
     return text if len(ref.tasks) == len(R2MED_TASKS) else f"{text}* ({len(ref.tasks)} tasks)"
 
 
@@ -764,6 +860,10 @@ def _source_line(name: str, rows: Mapping[str, Reference]) -> str:
     first = next(iter(rows.values()), None)
     if first is None:
         return f"{name}: no rows"
+    if first.kind == AUTHORS_KIND:
+        sources = ", ".join(sorted({ref.source_name for ref in rows.values()}))
+        return (f"{len(rows)} row(s) its methods' authors published ({sources}; specs "
+                f"{name}:<row>; show <row> quotes the line)")  # fmt: skip
     where = LEADERBOARD_PAGE if first.kind == LEADERBOARD_KIND else (
         f"{first.repository} at {first.commit}, results/")  # fmt: skip
     return f"{len(rows)} rows from the {first.source_name} ({where}; specs {name}:<row>)"
@@ -776,10 +876,11 @@ def list_text(
     found: Mapping[str, Conflict],
 ) -> str:
     """Every row of ``tables`` (name -> rows), one line each, with each source's Avg side by
-    side; the ``found`` conflicts among them marked and spelt out below."""
-    names = list(tables)
+    side; the ``found`` conflicts among them marked and spelt out below. R2MED's own two
+    sources always have a column; the authors' table only where it holds a shown row."""
     merged = {r: by for r, by in merged_rows(tables).items()
               if method is None or r.split("/", 1)[0] == method}  # fmt: skip
+    names = [n for n in tables if n in TABLES or any(n in by for by in merged.values())]
     heads = [SOURCE_NAMES[KIND_OF_TABLE.get(n, REPOSITORY_KIND)] for n in names]
     lines = [f"| row | {' | '.join(heads)} | note |", "|---|" + "---:|" * len(names) + "---|"]
     shown = []
@@ -791,9 +892,14 @@ def list_text(
             shown.append(c)
         lines.append(f"| {row} | {' | '.join(cells)} | {note} |")
     lines.append("")
-    lines += [_source_line(n, rows) + "." for n, rows in tables.items()]
+    lines += [_source_line(n, tables[n]) + "." for n in names]
     lines.append(f"{len(merged)} rows shown, Avg {metric} ×100.")
-    if len(names) > 1:
+    if any(ref.average_only for by in merged.values() for ref in by.values()):
+        lines.append(
+            f"{AVERAGE_ONLY_MARK}: its source published the 8-task {LEADERBOARD_METRIC} "
+            "average alone, no per-task figure."
+        )
+    if set(TABLES) <= set(names):
         lines.append(
             "A leaderboard Avg is the page's own, averaged before rounding: it may be 0.01 "
             "from the repository's where every task agrees."
@@ -804,8 +910,10 @@ def list_text(
 
 def show_text(ref: Reference, metrics: Sequence[str]) -> str:
     """One source's row: per task, the asked metrics it publishes, and their Avg ×100."""
+    if ref.average_only:
+        return _average_only_text(ref, metrics)
     held = [m for m in metrics if any(m in values for values in ref.tasks.values())]
-    lines = [f"{ref.label}", f"from {ref.source}\n"]
+    lines = [f"{ref.label}", *_source_lines(ref)]
     if not held:
         published = sorted({m for v in ref.tasks.values() for m in v}, key=_metric_order)
         return "\n".join([*lines, f"it publishes none of {', '.join(metrics)}, only "
@@ -818,6 +926,31 @@ def show_text(ref: Reference, metrics: Sequence[str]) -> str:
         cells = ["-" if values.get(m) is None else ref.format(values[m]) for m in held]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     lines.append("| Avg ×100 | " + " | ".join(_average_cell(ref, m) for m in held) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _source_lines(ref: Reference) -> list[str]:
+    """Where a row's figures come from; an authors' row adds the line quoted, the setup the
+    figure is of and what its source leaves unsaid. The last line ends a paragraph."""
+    lines = [f"from {ref.source}"]
+    if ref.quote:
+        lines.append(f"which reads: {ref.quote}")
+    lines += [f"{label}: {text}" for label, text in (("setup", ref.setup), ("note", ref.note))
+              if text]  # fmt: skip
+    lines[-1] += "\n"
+    return lines
+
+
+def _average_only_text(ref: Reference, metrics: Sequence[str]) -> str:
+    """An average-only row: every R2MED task's cell says it is not published, and only the
+    8-task nDCG@10 average is given; never a figure the source did not print."""
+    lines = [ref.label, *_source_lines(ref)]
+    if LEADERBOARD_METRIC not in metrics:
+        return "\n".join([*lines, f"it publishes none of {', '.join(metrics)}, only its "
+                          f"{LEADERBOARD_METRIC} average over R2MED's 8 tasks"]) + "\n"  # fmt: skip
+    lines += [f"| task | {LEADERBOARD_METRIC} |", "|---|---:|"]
+    lines += [f"| {task} | {NOT_PUBLISHED} |" for task in R2MED_TASKS]
+    lines.append(f"| Avg ×100 | {_average_cell(ref, LEADERBOARD_METRIC)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -871,14 +1004,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ls.add_argument("--method", default=None, help="base, reranker, hyde, query2doc, ...")
     ls.add_argument("--metric", default="NDCG@10", help="default: %(default)s")
     ls.add_argument(
-        "--table", default=None, help=f"one source, {' or '.join(TABLES)}; default: both"
+        "--table", default=None, help=f"one source, {', '.join(SHOWN_TABLES)}; default: all"
     )
     sh = sub.add_parser("show", help="one row's per-task figures")
     sh.add_argument(
         "row",
         metavar="ROW",
         help="a row id (hyde/qwen-7b/bm25: every source that has it) or a spec "
-        f"(r2med:<row>, {LEADERBOARD_TABLE}:<row>)",
+        f"(r2med:<row>, {LEADERBOARD_TABLE}:<row>, {AUTHORS_TABLE}:<row>)",
     )
     sh.add_argument(
         "--metrics", default=",".join(SHOWN_METRICS), help="comma-separated; default: %(default)s"
@@ -906,7 +1039,7 @@ def _list(args: argparse.Namespace) -> None:
         parse_metric(args.metric)
     except ValueError as e:
         raise ValueError(f"--metric: {e}") from None
-    names = list(TABLES) if args.table is None else [args.table]
+    names = list(SHOWN_TABLES) if args.table is None else [args.table]
     try:
         tables = {name: load_references(name) for name in names}
     except UnknownReference as e:
@@ -914,8 +1047,8 @@ def _list(args: argparse.Namespace) -> None:
     methods = list(dict.fromkeys(r.split("/", 1)[0] for r in merged_rows(tables)))
     if args.method is not None and args.method not in methods:
         raise ValueError(f"--method {args.method!r}: known: {', '.join(methods)}")
-    found = conflicts() if len(names) > 1 else {
-        row: c for row, c in conflicts().items() if row in tables[names[0]]}  # fmt: skip
+    # a conflict is R2MED's two sources disagreeing: shown wherever one of them is listed
+    found = {row: c for row, c in conflicts().items() if any(row in tables[n] for n in names)}
     sys.stdout.write(list_text(tables, args.method, args.metric, found))
 
 

@@ -61,11 +61,22 @@ EXPECTED: dict[str, list[str]] = {
         rf"^  agents\.trace \(a query of that run\) +{NUM} s +{NUM}x faster",
     ],
     "rerank_cost_bench.py": [
-        r"^  first stage: bm25 \(agent none\) +0\.0 +0 +0$",
-        r"^  first stage: hyde +1\.0 +[\d,]+ +[\d,]+$",
+        r"^  first stage: bm25 \(agent none\) +0\.0 +0 +0 +0$",
+        r"^  first stage: hyde +1\.0 +[\d,]+ +[\d,]+ +[\d,]+$",
         r"^  llm-pointwise depth 20 +20\.0 +[\d,]+ +[\d,]+",  # one call per passage
         r"^  llm-listwise depth 20 +1\.0 +[\d,]+ +[\d,]+",  # one window of 20
         rf"^  ratio insertrank depth 20 / hyde prompt tokens: {NUM}",
+        # ReasonRank: one window of 20 whose call is sent its 3,172-token budget
+        r"^  reasonrank depth 20 +1\.0 +[\d,]+ +[\d,]+ +3,172$",
+        r"^  reasonrank depth 20 \(window 20, step 10\): 1 window per query \(asserted\)$",
+        # Rank1: a call per passage of 8,192 tokens; each forced reply adds a 1-token call
+        r"^  rank1 depth 20 +20\.0 +[\d,]+ +[\d,]+ +163,840$",
+        r"^  rank1 depth 20, forced +40\.0 +[\d,]+ +[\d,]+ +163,860  > context$",
+        r"^  rank1 depth 20: 20 judgements and 20 calls per query; 0 of all 40 replies forced "
+        r"\(asserted\)$",
+        r"^  rank1 depth 20, forced: 20 judgements and 40 calls per query; 40 of all 40 replies "
+        r"forced \(asserted\)$",
+        rf"^  ratio rank1 depth 20, forced / hyde prompt tokens: {NUM}$",
     ],
     # report.html timings need Debian's chromium; without it only the build rows are printed
     "report_bench.py": [

@@ -4,12 +4,15 @@ against R2MED's files by value; its leaderboard (r2med.github.io) read from a TS
 as eval/references/r2med-leaderboard.json; where the two agree (to the page's rounding) and
 where they conflict, found from the data; the row a run's configuration reproduces
 (agents.paper), from either source; the figures, their sources and the exact differences
-beside real runs in eval.compare's outputs and agents.run's printed lines."""
+beside real runs in eval.compare's outputs and agents.run's printed lines; the R2MED figures
+methods' own authors published (eval/references/r2med-authors.json), an average alone shown
+as such and never split into per-task figures."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +31,7 @@ from eval.compare import compare_runs
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, R2MED_TASKS
 from eval.references import (
+    AUTHORS_TABLE,
     DATA_DIR,
     LEADERBOARD_LLMS,
     LEADERBOARD_RETRIEVERS,
@@ -35,6 +39,7 @@ from eval.references import (
     agrees,
     build_leaderboard,
     build_table,
+    conflict_of,
     conflicts,
     find_conflicts,
     leaderboard_text,
@@ -43,6 +48,8 @@ from eval.references import (
     r2med_key,
     reference,
     references_from,
+    references_of,
+    table_names,
     table_text,
 )
 from eval.references import main as references_main
@@ -454,7 +461,8 @@ def test_reference_specs_and_one_line_refusals():
     with pytest.raises(UnknownReference, match="expected <table>:<row>"):
         reference("hyde/qwen-7b/bm25")
     with pytest.raises(
-        UnknownReference, match="unknown reference table 'paper'; known: r2med, r2med-leaderboard"
+        UnknownReference,
+        match="unknown reference table 'paper'; known: r2med, r2med-authors, r2med-leaderboard",
     ):
         reference("paper:base/bm25")
     with pytest.raises(UnknownReference, match="unknown reference table"):
@@ -474,12 +482,13 @@ def test_list_shows_both_sources_side_by_side_and_the_conflict(capsys):
     assert "| hyde/qwen-72b/nv | 37.00 | - |  |" in rows
     assert "| hyde/huatuo-o1-70b/bm25 | 33.42 | 33.43 |  |" in rows  # the page's own Avg
     assert lines[0] == "| row | R2MED repository | R2MED leaderboard | note |"
-    assert references_main(["list"]) == 0
+    assert references_main(["list"]) == 0  # every row: the authors' column too
     out = capsys.readouterr().out
-    assert "| base/bm25 | 15.13 | 15.13 |  |" in out
-    assert "| search-o1/qwq-32b/bm25 | - | 35.57 |  |" in out
-    assert "| base/medcpt | 7.87 | 9.02 | CONFLICT: 7 of 8 tasks differ |" in out
-    assert "91 rows shown" in out and f"71 rows from the R2MED repository (https://github.com/" \
+    assert out.startswith("| row | R2MED repository | R2MED leaderboard | method's authors | note")
+    assert "| base/bm25 | 15.13 | 15.13 | - |  |" in out
+    assert "| search-o1/qwq-32b/bm25 | - | 35.57 | - |  |" in out
+    assert "| base/medcpt | 7.87 | 9.02 | - | CONFLICT: 7 of 8 tasks differ |" in out
+    assert "92 rows shown" in out and f"71 rows from the R2MED repository (https://github.com/" \
         f"R2MED/R2MED at {COMMIT}, results/; specs r2med:<row>)" in out  # fmt: skip
     assert "67 rows from the R2MED leaderboard (https://r2med.github.io" in out
     assert "CONFLICT: base/medcpt: R2MED's two sources conflict" in out
@@ -1034,3 +1043,132 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
     assert f"Biology: NDCG@10 = {summary['metrics']['NDCG@10']:.5f} " in out
     assert f" (R2MED repository, {row}: {figure:.5f})\n" in out
     assert f"R2MED repository ({row}): avg nDCG@10 {figure * 100:.2f} over the same tasks\n" in out
+
+
+# ---- (h) figures a method's own authors published ------------------------------------------------
+
+REASONRANK_ROW = "reranker/reasonrank-32b/e5/top_100"
+REASONRANK_COMMIT = "06721fd6ef3766c0e00d59a87d2696a0b4b0c17a"
+# README.md line 30 at REASONRANK_COMMIT, word for word
+REASONRANK_LINE = (
+    "- **[Aug 16, 2025]**:🏆 Our ReasonRank (32B) has achieved **SOTA performance 42.85** on "
+    "**[R2MED leaderboard](https://r2med.github.io/)**!"
+)
+
+
+def test_reasonrank_32b_is_its_readme_s_average_alone():
+    ref = reference(f"{AUTHORS_TABLE}:{REASONRANK_ROW}")
+    assert ref.published_average == 0.4285 and ref.average() == 0.4285
+    assert ref.average("NDCG@10", reversed(R2MED_TASKS)) == 0.4285  # all 8, in any order
+    assert ref.average_only and ref.tasks == {}
+    assert [ref.figure(t) for t in R2MED_TASKS] == [None] * 8  # nothing split out of the Avg
+    for metric, tasks in (("NDCG@10", ["Biology"]), ("MAP@10", None)):
+        with pytest.raises(ValueError, match="published only the NDCG@10 average over R2MED's"):
+            ref.average(metric, tasks)
+    assert ref.label == f"ReasonRank repository: {REASONRANK_ROW}"
+    assert (ref.repository, ref.commit, ref.path, ref.line, ref.quote) == (
+        "https://github.com/8421BCD/ReasonRank", REASONRANK_COMMIT, "README.md", 30,
+        REASONRANK_LINE,
+    )  # fmt: skip
+    assert ref.location == (
+        f"https://github.com/8421BCD/ReasonRank/blob/{REASONRANK_COMMIT}/README.md#L30"
+    )
+    assert ref.source == (
+        f"https://github.com/8421BCD/ReasonRank at {REASONRANK_COMMIT}, README.md line 30"
+    )
+    for words in ("reasonrank-32B", "top 100", "windows of 20 by 10", "one pass", "3072"):
+        assert words in ref.setup
+    assert "runs/r2med_<Task>/e5-mistral-7b-instruct_top100.txt" in ref.note
+    assert "not stated beside the figure" in ref.note  # the first stage is inferred: said so
+    assert references_of(REASONRANK_ROW) == [ref] and conflict_of(ref) is None
+    with pytest.raises(UnknownReference, match=f"the ReasonRank repository has it: "
+                       f"{AUTHORS_TABLE}:{REASONRANK_ROW}"):  # fmt: skip
+        reference(f"r2med:{REASONRANK_ROW}")
+
+
+def test_no_rank1_row_is_invented():
+    """Neither Rank1's repository nor R2MED's (nor its leaderboard) publishes a Rank1 figure
+    on R2MED in a text we could read: no table holds one."""
+    assert [r for t in table_names() for r in load_references(t) if "rank1" in r] == []
+
+
+def test_an_average_only_row_shows_no_per_task_figure(capsys):
+    assert references_main(["show", REASONRANK_ROW]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ReasonRank repository: {REASONRANK_ROW}\nfrom https://github.com/"
+                          f"8421BCD/ReasonRank at {REASONRANK_COMMIT}, README.md line 30\n"
+                          f"which reads: {REASONRANK_LINE}\n")  # fmt: skip
+    table = out[out.index("| task |") :].splitlines()
+    assert table[0] == "| task | NDCG@10 |"
+    assert table[2:10] == [f"| {t} | not published |" for t in R2MED_TASKS]
+    assert table[10:] == ["| Avg ×100 | 42.85 (avg only) |"]
+    assert references_main(["show", f"{AUTHORS_TABLE}:{REASONRANK_ROW}", "--metrics",
+                            "MAP@10,Recall@10"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.endswith(
+        "it publishes none of MAP@10, Recall@10, only its NDCG@10 average over R2MED's 8 tasks\n"
+    )
+    assert references_main(["list", "--method", "reranker"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| row | R2MED repository | R2MED leaderboard | method's authors | note")
+    assert f"| {REASONRANK_ROW} | - | - | 42.85 (avg only) |  |" in out
+    assert "| reranker/bge-reranker/nv/top_10 | 25.55 | - | - |  |" in out
+    assert "(avg only): its source published the 8-task NDCG@10 average alone" in out
+    assert "1 row(s) its methods' authors published (ReasonRank repository; " in out
+    assert references_main(["list", "--method", "reranker", "--metric", "MAP@10"]) == 0
+    assert f"| {REASONRANK_ROW} | - | - | - |  |" in capsys.readouterr().out
+    assert references_main(["list", "--method", "hyde"]) == 0  # no authors' row: no column
+    assert capsys.readouterr().out.startswith("| row | R2MED repository | R2MED leaderboard | note")
+
+
+MISSING = object()  # a field left out of a row
+
+
+def _authors_table(**row) -> dict:
+    entry = {"name": "X repository", "repository": "https://github.com/x/x", "commit": "a" * 40,
+             "path": "README.md", "line": 3, "quote": "we reach 40.00 on R2MED", "avg": 40.0,
+             "tasks": {}, **row}  # fmt: skip
+    entry = {k: v for k, v in entry.items() if v is not MISSING}
+    source = {"kind": "authors", "name": "authors", "metric": "NDCG@10", "scale": 100}
+    rows = {"reranker/x/bm25/top_100": entry}
+    return {"source": source, "tasks": list(R2MED_TASKS), "rows": rows}
+
+
+EIGHT = dict(zip(R2MED_TASKS, (30.0, 50.0, 40.0, 40.0, 40.0, 40.0, 40.0, 40.0), strict=True))
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"quote": "we reach the top"}, "avg 40.0 is not in its quoted line"),
+        ({"commit": "06721fd"}, "commit '06721fd': expected 40 hex digits"),
+        ({"avg": 40.001}, "avg '40.001': not a figure ×100 to 2 decimals"),
+        ({"tasks": {"Biologie": 40.0}}, "not R2MED's task(s): Biologie"),
+        ({"tasks": {**EIGHT, "Biology": 38.0}}, "avg 40.0: the 8 tasks' mean is 41.000"),
+        ({"quote": MISSING, "line": MISSING}, "reranker/x/bm25/top_100: no line, quote"),
+    ],
+)
+def test_an_authors_row_must_be_sourced_and_consistent(row, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        references_from(_authors_table(**row))
+
+
+def test_an_authors_row_with_every_task_reads_them():
+    (ref,) = references_from(_authors_table(tasks=EIGHT)).values()
+    assert not ref.average_only and ref.figure("Biology") == 0.3 and ref.average() == 0.4
+    assert ref.spec == f"{AUTHORS_TABLE}:reranker/x/bm25/top_100"
+
+
+def test_compare_beside_an_average_only_row_invents_no_figure(runs, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = [str(runs["bm25q"]), "--out", str(out), "--no-plots",
+            "--reference", f"{AUTHORS_TABLE}:{REASONRANK_ROW}"]  # fmt: skip
+    assert compare_main(argv) == 0
+    report_md = capsys.readouterr().out
+    label = f"ReasonRank repository: {REASONRANK_ROW}"
+    assert f"| none bm25q | {REASONRANK_ROW} | - | - | - | - |" in report_md
+    assert f"- {label}: no published NDCG@10 for any compared task" in report_md
+    assert (out / "published.csv").read_text().splitlines() == [
+        "run,reference,task,run_mean,paper,difference"
+    ]
+    address = f"https://github.com/8421BCD/ReasonRank/blob/{REASONRANK_COMMIT}/README.md#L30"
+    assert (out / "leaderboard.csv").read_text().splitlines()[-1] == f"{label},{address},,,,"
