@@ -23,6 +23,7 @@ from agents import interrupt
 from agents.llm.errors import LLMRunError
 from agents.paper import average_note, figure_note, paper_reference
 from eval import cli
+from eval.runs import AGENT_STAGE
 
 if TYPE_CHECKING:
     from agents.config import RunConfig
@@ -82,6 +83,10 @@ def report(result: TaskResult, paper: Reference | None = None) -> str:
     line = f"{result.folder}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
     if "bm25_baseline" in summary:
         line += f" (BM25 without LLM: {summary['bm25_baseline'][HEADLINE]:.5f})"
+    if "run_file" in summary and summary.get("final_stage", AGENT_STAGE) != AGENT_STAGE:
+        # the file's own lists, scored as they were read: what the stages were given
+        name = os.path.basename(summary["run_file"]["path"])
+        line += f" (first stage, {name}: {summary['stages'][AGENT_STAGE][HEADLINE]:.5f})"
     note = figure_note(paper, result.name, HEADLINE) if paper is not None else None
     if note is not None:  # the figure with its source (and the other's, where they conflict)
         line += f" ({note})"

@@ -46,6 +46,7 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
+from eval.trec import DUPLICATE_RULES
 from retrievers.config import (
     BM25_METHODS,
     ApiEmbedConfig,
@@ -176,6 +177,14 @@ class RunConfig:
     # a finished run whose saved first-stage lists (and any leading stages this run shares with
     # it) are reused instead of computed: `python -m agents.rerank RUN_FOLDER`
     source_run: str | None = None
+    # a TREC run file whose lists are the first stage instead of an agent's (agent "none", one
+    # task): `python -m agents.rerank RUN.txt --task TASK`; the retriever settings go unused
+    run_file: str | None = None
+    # recorded: sha256 of the run file's bytes as read, so a changed file is refused on resume
+    run_file_sha256: str | None = None
+    # a (qid, docid) pair the run file lists twice: refused, as trec_eval refuses it, or kept
+    # at its highest score ("max"; ReasonRank's runs of tasks whose corpus repeats ids)
+    run_file_duplicates: str = "refuse"
     # where a generate-then-retrieve agent's texts come from instead of an LLM
     # (agents.generations): r2med:<llm>[@<folder>], a .jsonl file or a run folder
     generations: str | None = None
@@ -225,6 +234,7 @@ class RunConfig:
             except ValueError as e:
                 raise ConfigError(f"generations {self.generations!r}: {e}") from None
         object.__setattr__(self, "generation_sha256", dict(self.generation_sha256))
+        self._check_run_file()
         object.__setattr__(self, "retriever_index", dict(self.retriever_index))
         check_field(self, "limit", "", optional(positive_int), ConfigError)
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
@@ -255,6 +265,28 @@ class RunConfig:
         check_field(self, "reasoning", "", one_of(REASONING_SETTINGS), ConfigError)
         check_field(self, "timeout", "", positive_float, ConfigError)
         object.__setattr__(self, "machine", dict(self.machine))
+
+    def _check_run_file(self) -> None:
+        """A run file is the whole first stage: no agent, replay or source run beside it."""
+        check_field(self, "run_file_duplicates", "", one_of(DUPLICATE_RULES), ConfigError)
+        if self.run_file is None:
+            if self.run_file_duplicates != "refuse":
+                raise ConfigError(
+                    f"run_file_duplicates {self.run_file_duplicates!r}: there is no run file"
+                )
+            return
+        if not isinstance(self.run_file, str) or not self.run_file:
+            raise ConfigError(f"run_file: expected a file path, got {self.run_file!r}")
+        for name, value, alone in (
+            ("agent", self.agent, "none"),
+            ("generations", self.generations, None),
+            ("source_run", self.source_run, None),
+        ):
+            if value != alone:
+                raise ConfigError(
+                    f"{name} {value!r}: the first stage is run_file {self.run_file}'s lists; "
+                    f"{name} must be {alone!r} beside it"
+                )
 
     @property
     def uses_llm(self) -> bool:
@@ -421,7 +453,7 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     for path in paths:
         top = path.split(".")[0]
         grouped = ("options", "prompts", "rerank", "sampling", "machine", "generation_sha256",
-                   "retriever_index", "embedded")
+                   "retriever_index", "embedded")  # fmt: skip
         name = by_path.get(path) or (top if top in grouped else path)
         if top == "options":
             name = path.split(".", 1)[1]

@@ -83,6 +83,12 @@ class NamedRun(Protocol):
     @property
     def source_run(self) -> str | None: ...
 
+    @property
+    def run_file(self) -> str | None: ...
+
+    @property
+    def run_file_duplicates(self) -> str: ...
+
 
 def prompt_version(prompts: Mapping[str, str]) -> str:
     """A short hash naming the exact prompt texts of a run ("-" when it uses none)."""
@@ -113,25 +119,54 @@ def run_folder_name(config: NamedRun, variant: str | None = None) -> str:
     differs from the agent's default and each rerank stage with its non-default options
     (`stage_labels`), so that e.g. the three final-ranking modes of one agent, or two rerank
     depths, sit side by side instead of refusing each other's folder. A rerank of a finished
-    run is named after it: ``<source folder>-reranked-<its stages>``.
+    run is named after it: ``<source folder>-reranked-<its stages>``. A rerank of a TREC run
+    file is named after the file and its task (published runs of several tasks share a file
+    name), then the stages' model and ``variant``:
+    ``<file stem>-<task>[-limit<N>][-ties=...][-duplicates=max]-reranked[-<model>]
+    [-<variant>]-<its stages>``.
     """
     if config.source_run:
         stages = "-".join(stage_labels(config))
         return safe_name(f"{Path(config.source_run).name}-reranked-{stages}")
+    if config.run_file:
+        return _run_file_name(config, variant)
     parts = _name_parts(config)
     if variant:
         parts.append(variant)
-    parts.append(Path(config.dataset).name or config.dataset)
+    parts += _data_parts(config)
+    defaults = AGENTS[config.agent].defaults
+    parts += [f"{k}={v}" for k, v in config.options.items() if v != defaults.get(k)]
+    parts += [f"rerank={label}" for label in stage_labels(config)]
+    return safe_name("-".join(parts))
+
+
+def _run_file_name(config: NamedRun, variant: str | None) -> str:
+    parts = [Path(str(config.run_file)).stem, *_data_parts(config)]
+    if config.run_file_duplicates != "refuse":
+        parts.append(f"duplicates={config.run_file_duplicates}")
+    if config.rerank:
+        parts.append("reranked")
+        # the model of the stages that call the run's: the file's name says nothing of it
+        # (a stage with a model of its own says it in its label)
+        run_model = config.llm.model if config.llm is not None else None
+        if run_model and any(s.options.get("model") == run_model for s in config.rerank):
+            parts.append(_short_model(run_model))
+        if variant:
+            parts.append(variant)
+        parts += stage_labels(config)
+    return safe_name("-".join(parts))
+
+
+def _data_parts(config: NamedRun) -> list[str]:
+    """The dataset and the evaluation settings that change a run's lists."""
+    parts = [Path(config.dataset).name or config.dataset]
     if config.limit:
         parts.append(f"limit{config.limit}")
     if config.eval.pad:
         parts.append("pad")
     if config.eval.ties != "trec":
         parts.append(f"ties={config.eval.ties}")
-    defaults = AGENTS[config.agent].defaults
-    parts += [f"{k}={v}" for k, v in config.options.items() if v != defaults.get(k)]
-    parts += [f"rerank={label}" for label in stage_labels(config)]
-    return safe_name("-".join(parts))
+    return parts
 
 
 def stage_labels(config: NamedRun) -> list[str]:
@@ -154,14 +189,19 @@ def stage_labels(config: NamedRun) -> list[str]:
 
 def llm_free(config: NamedRun) -> bool:
     """Whether no LLM had a part in the run's ranking: none called, no generation replayed.
-    Such a run is what a comparison's charts mark as the no-LLM baseline."""
-    return config.llm is None and not config.generations
+    Such a run is what a comparison's charts mark as the no-LLM baseline. A run file's lists
+    came from a system this project cannot see (e5-mistral is an LLM), so it is never one."""
+    return config.llm is None and not config.generations and not config.run_file
 
 
 def _name_parts(config: NamedRun) -> list[str]:
     """agent, retriever, model, and the generation source of a replayed run
-    (``--generations``), which stands for the model that wrote the texts."""
-    parts = [config.agent, _retriever_name(config.retriever)]
+    (``--generations``), which stands for the model that wrote the texts; a run file stands
+    for agent and retriever (``run:<file stem>``)."""
+    if config.run_file:
+        parts = [f"run:{Path(config.run_file).stem}"]
+    else:
+        parts = [config.agent, _retriever_name(config.retriever)]
     if config.llm is not None:
         parts.append(_short_model(config.llm.model))
     if config.generations:

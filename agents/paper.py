@@ -155,6 +155,8 @@ def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | Non
 
 def candidate_row(config: Mapping[str, Any]) -> str | None:
     """The row id the run's setup would have in R2MED's table, whether or not R2MED has it."""
+    if config.get("run_file"):
+        return None  # which retriever made a run file's lists, its config cannot say
     retriever = r2med_retriever(config.get("retriever") or {})
     if config.get("rerank"):
         return _reranker_row(config, retriever)

@@ -31,12 +31,14 @@ from agents.naming import llm_free, run_label
 from agents.plan import Plan, RunError, TaskPlan, describe_sampling, prepare
 from agents.registry import STAGES
 from agents.rerank import StageGraph
+from agents.run_file import RunFileLists, first_stage_records
 from agents.runner import ranking_of, run_queries
 from eval import runs
 from eval.datasets import Task, task_fingerprint
 from eval.evaluate import Evaluation, evaluate, pad_run, top_k
-from eval.files import safe_name, writable_folder
+from eval.files import safe_name, writable_folder, write_text
 from eval.report import leaderboard_markdown, results_json, write_results_json
+from eval.runs import record_line
 from eval.trec import write_run
 from eval.usage import Usage
 from retrievers.search import Retriever, SearchRequest, build_retriever
@@ -248,6 +250,15 @@ def adopt_records(source_dir: Path, stage_dir: Path) -> None:
     tmp.replace(target)
 
 
+def adopt_run_file(lists: RunFileLists, queries: dict[str, str], out: Path) -> dict[str, dict]:
+    """The first stage's records from a run file's lists, written once (whole, atomically):
+    a resumed run reads them back, and its binding holds the file's sha256."""
+    path = runs.records_path(out)
+    if not path.exists():
+        write_text(path, "".join(record_line(r) for r in first_stage_records(lists, queries)))
+    return {q: r for q, r in runs.read_records(path).items() if q in queries}
+
+
 def _source_task(source_dir: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
     """The source run's summary of a task, which must be finished on the same data."""
     summary = runs.read_task_summary(source_dir)
@@ -298,6 +309,8 @@ async def run_task(
         adopt_records(tp.source_dir, out)
         records = {q: r for q, r in runs.read_records(runs.records_path(out)).items()
                    if q in queries}  # fmt: skip
+    elif tp.run_file is not None:
+        records = adopt_run_file(tp.run_file, queries, out)
     else:
         bm25 = build_retriever(
             dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
@@ -368,6 +381,10 @@ async def run_task(
     }
     if tp.generations is not None:
         summary["generations"] = describe_generations(tp.generations, list(queries))
+    if tp.run_file is not None:
+        summary["run_file"] = {"path": str(tp.run_file.path), "sha256": tp.run_file.sha256,
+                               "missing": tp.run_file.missing,
+                               "repeated_lines": len(tp.run_file.repeated)}  # fmt: skip
     if tp.source_dir is not None:
         summary["source_run"] = str(tp.source_dir)
         if "bm25_baseline" in source_summary and source_summary.get("data") == fingerprint:

@@ -23,6 +23,7 @@ from agents.graphs.context import AgentContext
 from agents.llm.prefix_cache import evaluation_settings
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext
+from agents.run_file import RunFileLists, missing_line, read_run_file, repeated_line
 from eval import runs
 from eval.datasets import Task, default_cache_dir, load_tasks
 from eval.files import safe_name, writable_folder
@@ -43,6 +44,7 @@ class TaskPlan:
     queries: dict[str, str]  # the queries the run answers (--limit)
     generations: Generations | None = None  # the texts replayed (--generations)
     source_dir: Path | None = None  # this task's folder in the run a rerank starts from
+    run_file: RunFileLists | None = None  # the first stage's lists, read from a run file
 
 
 @dataclass
@@ -101,6 +103,8 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
                  source_dir=Path(config.source_run) / folder if source else None)
         for task, folder in zip(tasks, folders, strict=True)
     ]  # fmt: skip
+    if config.run_file:
+        config = read_first_stage(config, plans)
     if dry is None:  # the retrieval servers' indexes, checked to be over these corpora
         config = dataclasses.replace(config, retriever_index=remote_indexes(config, plans))
     prompts = record_prompts(spec, config, plans, source)
@@ -132,6 +136,26 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         config = dataclasses.replace(config, machine=described)
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
+
+
+def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:
+    """The run file's lists, checked against the one task it ranks, into that task's plan;
+    ``config`` with the file's sha256 recorded. Queries the file lacks are said now."""
+    if len(plans) != 1:
+        raise RunError(
+            f"run file {config.run_file}: a run file ranks one task; --task {config.dataset} "
+            f"names {len(plans)}"
+        )
+    (tp,) = plans
+    tp.run_file = read_run_file(str(config.run_file), tp.task, tp.queries, config.eval.depth,
+                                config.eval.ties, config.run_file_duplicates)  # fmt: skip
+    for line in (
+        repeated_line(tp.run_file),
+        missing_line(tp.run_file, tp.task.name, len(tp.queries), config.eval.missing),
+    ):
+        if line:
+            log.warning("%s", line)
+    return dataclasses.replace(config, run_file_sha256=tp.run_file.sha256)
 
 
 def remote_indexes(config: RunConfig, plans: list[TaskPlan]) -> dict[str, dict[str, Any]]:

@@ -21,6 +21,13 @@ each other dataset the cell of the same setup is the baseline.
 `reranks` is a list of rerank chains (each a list of `--rerank` specs, [] for none); the
 stage-wide settings (`rerank_depth`, `rerank_window`, ...) apply to the chains whose stages
 have them.
+
+`run_files` adds first stages read from TREC run files (`agents.run_file`) beside the agents:
+each ``{file = "...", dataset = "..."}`` (``duplicates = "max"`` to read a file that repeats a
+(qid, docid) pair; or just the file, when `datasets` names one task) is
+reranked by every chain of `reranks` ([] scores the file alone), as `python -m agents.rerank
+FILE --task DATASET` would; with run files, `agents` may be left out. Options for an agent or
+a retriever do not apply to these cells.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
 from eval.files import safe_name, writable_folder, write_json
 from eval.runs import CONFIG_FILE
+from eval.trec import DUPLICATE_RULES
 from prompts import prompt_family
 
 _AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
@@ -60,8 +68,10 @@ AXES = ("agent", "dataset", "retriever", "model", "prompt", "rerank")  # set per
 RUN_KEYS = {"quiet": bool, "overwrite": bool}  # how to run, not what: not in the config
 TOP_KEYS = {
     "output", "cache_dir", "agents", "retrievers", "models", "datasets", "prompts", "options",
-    "compare", "reranks",
+    "compare", "reranks", "run_files",
 }  # fmt: skip
+RUN_FILE_KEYS = ("file", "dataset")  # a run_files entry's required keys
+ENTRY_KEYS = {*RUN_FILE_KEYS, "duplicates"}
 COMPARE_KEYS = {"metric", "baseline", "test"}
 MAX_LISTED = 12  # cell names an error lists
 
@@ -75,6 +85,15 @@ class Cell:
     name: str
     dataset: str
     config: RunConfig
+
+
+@dataclass(frozen=True)
+class RunFile:
+    """A first stage read from a TREC run file: the file (resolved) and the task it ranks."""
+
+    file: str
+    dataset: str
+    duplicates: str = "refuse"  # a (qid, docid) pair listed twice: refused, or kept at its max
 
 
 @dataclass
@@ -91,6 +110,8 @@ class Sweep:
     # rerank chains, each a list of --rerank specs applied in order; [] reranks nothing
     reranks: list[list[str]] = field(default_factory=lambda: [[]])
     compare: dict[str, Any] = field(default_factory=dict)
+    # first stages read from TREC run files, each reranked by every chain
+    run_files: list[RunFile] = field(default_factory=list)
 
 
 def load_sweep(path: Path | str) -> Sweep:
@@ -127,7 +148,8 @@ def load_sweep(path: Path | str) -> Sweep:
             raise fail(key, f"lists a value twice: {value!r}")
         return value
 
-    agents = strings("agents", None)
+    # with run files as first stages, a sweep may have no agent
+    agents = strings("agents", None) if "agents" in raw or "run_files" not in raw else []
     for a in agents:
         if a not in AGENTS:
             raise fail("agents", f"unknown agent {a!r}; known: {', '.join(AGENTS)}")
@@ -144,10 +166,11 @@ def load_sweep(path: Path | str) -> Sweep:
         except ValueError as e:
             raise fail("models", str(e)) from None
     # A dataset that is a folder beside the config is found from anywhere; names stay names.
-    datasets = [
-        str((base / d).resolve()) if (base / d).is_dir() else d
-        for d in strings("datasets", ["demo"])
-    ]
+    datasets = [_dataset(base, d) for d in strings("datasets", ["demo"])]
+    try:
+        run_files = _run_files(raw.get("run_files", []), base, datasets)
+    except ValueError as e:
+        raise fail("run_files", str(e)) from None
 
     variants = raw.get("prompts", {"base": {}})
     if not isinstance(variants, dict) or not variants:
@@ -243,6 +266,7 @@ def load_sweep(path: Path | str) -> Sweep:
         options=options,
         compare=compare,
         reranks=reranks,
+        run_files=run_files,
     )
     try:
         grid = _grid(sweep)  # every cell's config is checked before anything runs
@@ -259,6 +283,48 @@ def load_sweep(path: Path | str) -> Sweep:
     return sweep
 
 
+def _dataset(base: Path, name: str) -> str:
+    """A dataset as a cell names it: a folder beside the config resolved, a name as given."""
+    return str((base / name).resolve()) if (base / name).is_dir() else name
+
+
+def _run_files(value: Any, base: Path, datasets: list[str]) -> list[RunFile]:
+    """The `run_files` entries, each file found beside the config; ValueError on a bad one."""
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of run files, got {value!r}")
+    out: list[RunFile] = []
+    for entry in value:
+        if isinstance(entry, str):  # the sweep's one task
+            if len(datasets) != 1:
+                raise ValueError(
+                    f"{entry!r}: a run file ranks one task and datasets lists {len(datasets)}; "
+                    f"give it as {{file = {entry!r}, dataset = '...'}}"
+                )
+            entry = {"file": entry, "dataset": datasets[0]}
+        if not isinstance(entry, dict) or not set(RUN_FILE_KEYS) <= set(entry) <= ENTRY_KEYS:
+            raise ValueError(
+                f"expected a file or {{file = '...', dataset = '...'}} per entry, got {entry!r}"
+            )
+        if not all(isinstance(v, str) and v for v in entry.values()):
+            raise ValueError(f"file and dataset are non-empty strings, got {entry!r}")
+        file = (base / entry["file"]).resolve()
+        if not file.is_file():
+            raise ValueError(f"{file}: no such run file")
+        duplicates = entry.get("duplicates", "refuse")
+        if duplicates not in DUPLICATE_RULES:
+            raise ValueError(f"duplicates {duplicates!r}: one of {', '.join(DUPLICATE_RULES)}")
+        run_file = RunFile(str(file), _dataset(base, entry["dataset"]), duplicates)
+        if not Path(run_file.dataset).is_dir() and (
+            "," in run_file.dataset or run_file.dataset.strip().lower() == "r2med"
+        ):
+            raise ValueError(f"{run_file.dataset!r} names several tasks; a run file ranks one")
+        # cells are named after the file's name and its task: two such would share a folder
+        if any(Path(r.file).name == file.name and r.dataset == run_file.dataset for r in out):
+            raise ValueError(f"lists two run files named {file.name} for {run_file.dataset}")
+        out.append(run_file)
+    return out
+
+
 @dataclass
 class _Grid:
     cells: list[Cell]
@@ -266,6 +332,8 @@ class _Grid:
     aliases: dict[str, str] = field(default_factory=dict)
     # each cell's name -> what it runs, less the dataset: the same setup on another dataset
     setups: dict[str, tuple] = field(default_factory=dict)
+    # what a cell runs, its dataset included -> its name: a second such is the same run
+    keys: dict[tuple, str] = field(default_factory=dict)
 
 
 def cells(sweep: Sweep) -> tuple[list[Cell], list[str]]:
@@ -299,7 +367,7 @@ def _baselines(sweep: Sweep, grid: _Grid) -> dict[str, str]:
 
 def _grid(sweep: Sweep) -> _Grid:
     grid = _Grid([])
-    seen: dict[tuple, str] = {}
+    seen = grid.keys
     shared = {k: v for k, v in sweep.options.items() if k not in RUN_KEYS}
     combos = [
         (dataset, agent, retriever, chain)
@@ -347,7 +415,60 @@ def _grid(sweep: Sweep) -> _Grid:
                 grid.setups[name] = setup
                 config = dataclasses.replace(config, run_name=name)
                 grid.cells.append(Cell(name, dataset, config))
+    for run_file in sweep.run_files:
+        for chain in sweep.reranks:
+            _add_run_file_cells(grid, sweep, run_file, chain)
     return grid
+
+
+# what a run file's cell does not take: it runs no agent, builds no retriever, replays nothing
+_NOT_FOR_RUN_FILES = _AGENT_ONLY | {"generations", "reasoning"}
+
+
+def _add_run_file_cells(grid: _Grid, sweep: Sweep, run_file: RunFile, chain: list[str]) -> None:
+    """The cells that rerank ``run_file`` with ``chain``: one per model and prompt variant
+    when a stage calls a model, else one."""
+    stages = [STAGES[stage_kind(text)] for text in chain]
+    stage_prompts = [p for s in stages for p in s.prompts]
+    shared = {
+        k: v
+        for k, v in sweep.options.items()
+        if k not in RUN_KEYS
+        and k not in _NOT_FOR_RUN_FILES
+        and not SETTINGS[k].path.startswith("retriever.")
+        and (k not in STAGE_WIDE or any(_takes(t, k) for t in chain))
+    }
+    uses_llm = any(s.uses_llm for s in stages)
+    for model in sweep.models if uses_llm else [None]:
+        for variant, overrides in sweep.prompts.items():
+            used = {
+                k: v for k, v in overrides.items()
+                if any(_reads(p, k, helpers=True) for p in stage_prompts)
+            }  # fmt: skip
+            settings = {**shared, "agent": "none", "dataset": run_file.dataset,
+                        "runs_dir": str(sweep.output / "runs"),
+                        "cache_dir": str(sweep.cache_dir)}  # fmt: skip
+            if chain:
+                settings["rerank"] = chain
+            if model:
+                settings["model"] = model
+            if used:
+                settings["prompt"] = {k: str(v) for k, v in used.items()}
+            config = dataclasses.replace(from_settings(settings), run_file=run_file.file,
+                                         run_file_duplicates=run_file.duplicates)  # fmt: skip
+            name = default_run_name(config, variant if model else None)
+            # by the file's name: ReasonRank's e5 runs of every task are one setup
+            setup = (f"run:{Path(run_file.file).name}", tuple(chain), model,
+                     tuple(sorted(used.items())))  # fmt: skip
+            key = (run_file.dataset, run_file.file, *setup)
+            if key in grid.keys:
+                if grid.keys[key] != name:
+                    grid.aliases.setdefault(name, grid.keys[key])
+                continue
+            grid.keys[key] = name
+            grid.setups[name] = setup
+            config = dataclasses.replace(config, run_name=name)
+            grid.cells.append(Cell(name, run_file.dataset, config))
 
 
 def _reads(entry: str, key: str, helpers: bool = False) -> bool:
@@ -414,7 +535,7 @@ def run_sweep(sweep: Sweep) -> int:
             by_dataset.setdefault(cell.dataset, []).append(cell)
     for dataset, group in by_dataset.items():
         out = sweep.output / "comparison"
-        if len(sweep.datasets) > 1:
+        if len({c.dataset for c in grid}) > 1:  # the agents' datasets, the run files' tasks
             out = out / safe_name(Path(dataset).name or dataset)
         names = [c.name for c in group]
         baseline = bases.get(dataset)

@@ -7,13 +7,22 @@ order, which trec_eval reads back into the same ranking; with ``ties="ascending"
 nudged strictly decreasing, so that any trec_eval-compatible tool ranks them as we do,
 whatever its tie-breaking rule. Ids follow ``eval.datasets.id_problem``: no whitespace, no
 non-printable characters.
+
+Reading keeps what trec_eval reads: the qid, docid and score columns. trec_eval ignores the
+Q0 and rank columns ("The other fields are ignored", its description of a results file) and
+orders a query's documents itself, by score descending, ties by docid descending
+(usnistgov/trec_eval form_res_rels.c: ``qsort`` with ``comp_sim_docno``, which ends in
+``strcmp(p2->docno, p1->docno)``): a reader that needs a ranking orders the scores it reads
+with ``eval.evaluate.strictly_decreasing`` or ``top_k``, which implement that rule.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,6 +41,10 @@ class TrecFormatError(ValueError):
         self.path = os.fspath(path)
         self.line_no = line_no
         self.field = field
+
+
+class RepeatedPairError(TrecFormatError):
+    """A run file lists one (qid, docid) pair twice (trec_eval refuses it: "duplicate docs")."""
 
 
 _RUN_FIELDS = ("qid", "Q0", "docid", "rank", "score", "tag")
@@ -71,31 +84,92 @@ def read_run(path: PathLike) -> Run:
     is not an integer, a score that is not a finite float32 (trec_eval's precision), or a doc
     listed twice. A file that cannot be opened raises OSError.
     """
+    with open(path, "rb") as f:
+        return _parse_run(path, f.read())
+
+
+DUPLICATE_RULES: tuple[str, ...] = ("refuse", "max")
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """A run file read for one task: its lists, the sha256 of its bytes, and the lines that
+    repeated a (qid, docid) pair (kept at the pair's highest score, ``duplicates="max"``)."""
+
+    run: Run
+    sha256: str
+    repeated: list[int] = field(default_factory=list)
+
+
+def read_task_run(
+    path: PathLike,
+    queries: Container[str],
+    docs: Container[str],
+    task: str,
+    duplicates: str = "refuse",
+) -> TaskRun:
+    """`read_run` for a run meant for one task, with the sha256 of the file's bytes as read.
+
+    Besides `read_run`'s refusals, the first line naming a query id that is not in
+    ``queries`` (field ``qid``) or a doc id that is not in ``docs`` (field ``docid``) raises
+    ``TrecFormatError``: such a line ranks something the task cannot score or show. A pair
+    listed twice is refused too, as trec_eval refuses it ("duplicate docs",
+    form_res_rels.c), unless ``duplicates="max"``: then each pair keeps its highest score,
+    its first place in rank order (a task holds one text per doc id, so one place per id).
+    The digest is of the very bytes parsed, so it names the lists returned even if the file
+    is rewritten meanwhile.
+    """
+    if duplicates not in DUPLICATE_RULES:
+        raise ValueError(f"duplicates must be one of {DUPLICATE_RULES}, got {duplicates!r}")
+    with open(path, "rb") as f:
+        data = f.read()
+    repeated: list[int] | None = [] if duplicates == "max" else None
+    run = _parse_run(path, data, queries, docs, task, repeated)
+    return TaskRun(run, hashlib.sha256(data).hexdigest(), repeated or [])
+
+
+def _parse_run(
+    path: PathLike,
+    data: bytes,
+    queries: Container[str] | None = None,
+    docs: Container[str] | None = None,
+    task: str = "",
+    repeated: list[int] | None = None,
+) -> Run:
+    """The run in ``data``; a repeated pair is refused, or, given a ``repeated`` list, kept
+    at its highest score and its line number appended there."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        # Without this the first qid would carry a '\ufeff' and silently match no qrels.
+        data = data[3:]
     run: Run = {}
-    for line_no, fields in _lines(path, _RUN_FIELDS):
+    for line_no, fields in _lines(path, _RUN_FIELDS, data):
         qid, _, doc_id, rank, score_text, _ = fields
         _id(path, line_no, "qid", qid)
         _id(path, line_no, "docid", doc_id)
+        if queries is not None and qid not in queries:
+            raise TrecFormatError(path, line_no, "qid", f"{qid!r} is not a query of task {task}")
+        if docs is not None and doc_id not in docs:
+            raise TrecFormatError(
+                path, line_no, "docid", f"{doc_id!r} is not in the corpus of task {task}"
+            )
         try:
             int(rank)
         except ValueError:
             raise TrecFormatError(path, line_no, "rank", f"not an integer: {rank!r}") from None
         score = _float(path, line_no, "score", score_text)
-        docs = run.setdefault(qid, {})
-        if doc_id in docs:
-            raise TrecFormatError(
-                path, line_no, "docid", f"{doc_id!r} listed twice for query {qid!r}"
-            )
-        docs[doc_id] = score
+        docs_of_query = run.setdefault(qid, {})
+        if doc_id in docs_of_query:
+            if repeated is None:
+                raise RepeatedPairError(
+                    path, line_no, "docid", f"{doc_id!r} listed twice for query {qid!r}"
+                )
+            repeated.append(line_no)
+            score = max(score, docs_of_query[doc_id])
+        docs_of_query[doc_id] = score
     return run
 
 
-def _lines(path: PathLike, names: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:
-    with open(path, "rb") as f:
-        data = f.read()
-    if data.startswith(b"\xef\xbb\xbf"):
-        # Without this the first qid would carry a '\ufeff' and silently match no qrels.
-        data = data[3:]
+def _lines(path: PathLike, names: tuple[str, ...], data: bytes) -> Iterator[tuple[int, list[str]]]:
     for line_no, raw in enumerate(data.splitlines(), start=1):
         try:
             line = raw.decode("utf-8")

@@ -1,11 +1,23 @@
-"""Rerank a finished run: `python -m agents.rerank RUN_FOLDER --rerank llm-listwise ...`.
+"""Rerank a finished run or a TREC run file: `python -m agents.rerank SOURCE --rerank KIND ...`.
 
-The new run folder (beside the source, named ``<source>-reranked-<stages>`` unless
-``--run-name`` says) reuses the source's saved first-stage lists: no retriever is built and
-no agent runs. Its config is the source's, with these stages and ``source_run`` naming the
+``SOURCE`` is a run folder of `agents.run`, or a TREC run file (``qid Q0 docid rank score
+tag``, any tool's) with ``--task`` naming the one task it ranks (as `agents.run`'s
+``--dataset``: an R2MED task name, a folder, or demo).
+
+A run folder: the new run folder (beside the source, named ``<source>-reranked-<stages>``
+unless ``--run-name`` says) reuses the source's saved first-stage lists: no retriever is built
+and no agent runs. Its config is the source's, with these stages and ``source_run`` naming the
 folder they came from. Stages the new chain shares with the source's, from the first on,
 are reused as well: ``--rerank cross:m --rerank llm-listwise`` after a run that ended in
 ``cross:m`` pays only for the listwise stage.
+
+A run file: its lists, checked against the task and ordered as trec_eval orders them
+(`agents.run_file`), are the first stage; the run folder (in ``--runs-dir``, named
+``<file stem>-<task>-reranked-...``) records the file's path and sha256 in ``run_file`` and
+``run_file_sha256``, so a resume over a changed file is refused. ``--depth``, ``--ties``,
+``--missing`` and ``--limit`` are this first stage's, as `agents.run`'s are an agent's;
+``--duplicates max`` reads a file that lists a (qid, docid) pair twice, which is refused
+otherwise, keeping each pair's highest score.
 
 The stages call ``--rerank-model`` (default: the source run's model, or the embedded model
 when the source called none). Temperature and max tokens are the source's LLM settings when
@@ -34,6 +46,7 @@ from agents.config import (
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
 from eval.runs import read_config
+from eval.trec import DUPLICATE_RULES
 
 # the flags of agents.run that a rerank of a finished run may set
 # the sampling settings (agents.llm.sampling): the source run's agent was sent its own
@@ -42,19 +55,41 @@ LLM_FLAGS = (*WHAT_THE_SOURCE_DECIDES, "cache", "concurrency", "rate_limit")
 FLAGS = (
     "rerank", *STAGE_WIDE, *LLM_FLAGS, "prompt", "runs_dir", "run_name", "cache_dir",
 )  # fmt: skip
+# a run file's first stage: what a run folder's config says for its own (--task is the dataset)
+FILE_FLAGS = ("depth", "ties", "missing", "limit")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m agents.rerank",
         allow_abbrev=False,
-        description="Rerank the saved ranked lists of a finished agents.run run.",
+        description="Rerank the saved ranked lists of a finished agents.run run, or of a TREC "
+        "run file over one task.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="rerank stages:\n"
         + "".join(f"  {n:<16} {s.description}\n" for n, s in STAGES.items()),
     )
-    p.add_argument("source", type=Path, help="a finished run folder (written by agents.run)")
-    add_arguments(p, only=FLAGS)
+    p.add_argument(
+        "source",
+        type=Path,
+        help="a finished run folder (written by agents.run), or a TREC run file with --task",
+    )
+    p.add_argument(
+        "--task",
+        "--dataset",
+        dest="dataset",
+        metavar="TASK",
+        help="the one task a run file ranks: an R2MED task name, a folder or demo, as "
+        "agents.run's --dataset (a run folder's task is its own)",
+    )
+    add_arguments(p, only=(*FLAGS, *FILE_FLAGS))
+    p.add_argument(
+        "--duplicates",
+        choices=DUPLICATE_RULES,
+        default=None,
+        help="a run file listing a (qid, docid) pair twice: refuse it, as trec_eval does, or "
+        "keep each pair's highest score (max) (default: refuse)",
+    )
     p.add_argument(
         "--overwrite", action="store_true", help="replace a run folder of another config"
     )
@@ -67,6 +102,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
     """The config of a rerank of the run in `source_dir`, from this command's settings."""
+    if given := [k for k in FILE_FLAGS if k in settings]:
+        raise ConfigError(
+            f"--{given[0]}: a run folder's first stage keeps its own settings; --depth, --ties, "
+            f"--missing and --limit are for a run file (with --task)"
+        )
     try:
         source = from_dict(read_config(source_dir))
     except FileNotFoundError:
@@ -103,6 +143,25 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
     )
 
 
+def run_file_config(path: Path, settings: dict, duplicates: str | None = None) -> RunConfig:
+    """The config of a rerank of the TREC run file at ``path`` over the task ``--task``
+    names, from this command's settings: agent "none", the file's lists as its first stage;
+    ``duplicates`` says how a pair the file lists twice is read (default: refused)."""
+    if path.is_dir():
+        raise ConfigError(f"{path}: a run folder, whose task is its own; drop --task")
+    if "dataset" not in settings:
+        raise ConfigError(f"{path}: a TREC run file; name the task it ranks with --task")
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such run file")
+    config = from_settings({**settings, "agent": "none"})
+    model = settings.get("rerank_model")
+    if model and config.llm is not None:  # the run's model is the stages': no agent calls one
+        config = dataclasses.replace(config, llm=dataclasses.replace(config.llm, model=model))
+    return dataclasses.replace(
+        config, run_file=str(path.resolve()), run_file_duplicates=duplicates or "refuse"
+    )
+
+
 def _used(source: RunConfig, key: str) -> str:
     """What the source run's agent had for sampling setting ``key``: as given, else what its
     preset sent its first node."""
@@ -122,7 +181,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rerank(args: argparse.Namespace) -> int:
-    config = rerank_config(args.source, settings_from_args(args))
+    settings = settings_from_args(args)
+    if "dataset" in settings or args.source.is_file():
+        config = run_file_config(args.source, settings, args.duplicates)
+    else:
+        if args.duplicates is not None:
+            raise ConfigError("--duplicates: a run folder has no run file to read")
+        config = rerank_config(args.source, settings)
     from agents.pipeline import run  # after parsing: --help loads no retriever or LLM stack
 
     paper = paper_for(config)  # a cross-encoder over R2MED's NV-Embed-v2 lists is a row
