@@ -18,6 +18,7 @@ import logging
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -340,6 +341,7 @@ async def run_task(
     stages[runs.AGENT_STAGE] = evaluation.mean
     failed = {q: r["error"] for q, r in records.items() if r["error"]}
     usage = _usage(records)
+    outcomes: dict[str, dict[str, int]] = {}  # stage folder -> how its replies were read
     for i, stage_config in enumerate(config.rerank, 1):
         folder = out / runs.stage_dir_name(i, stage_config.kind)
         if tp.source_dir is not None and plan.source.rerank[:i] == config.rerank[:i]:
@@ -359,6 +361,9 @@ async def run_task(
         evaluation = _score_stage(folder, records, qrels, task, config)
         stages[folder.name] = evaluation.mean
         stage_dirs.append(folder)
+        counted = _outcomes(records)
+        if counted:
+            outcomes[folder.name] = counted
 
     seconds = time.perf_counter() - started
     minutes = f"{seconds / 60:.2f} minutes"
@@ -379,6 +384,8 @@ async def run_task(
         "stages": stages,
         "final_stage": stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
     }
+    if outcomes:
+        summary["outcomes"] = outcomes
     if tp.generations is not None:
         summary["generations"] = describe_generations(tp.generations, list(queries))
     if tp.run_file is not None:
@@ -408,6 +415,19 @@ def _score_stage(
               ties=config.eval.ties)  # fmt: skip
     runs.write_per_query(folder, evaluation.per_query)
     return evaluation
+
+
+def _outcomes(records: dict) -> dict[str, int]:
+    """How many of a stage's steps were read each way (a reasoning reranker's reply: its
+    pattern matched, a fallback, a forced token), over its finished queries."""
+    counts = Counter(
+        s["outcome"]
+        for r in records.values()
+        if not r["error"]
+        for s in r["steps"]
+        if "outcome" in s
+    )
+    return dict(sorted(counts.items()))
 
 
 def _usage(records: dict) -> Usage:
