@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eval.datasets import r2med_task_name
+from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.references import (
+    AUTHORS_TABLE,
     DEFAULT_TABLE,
     LEADERBOARD_TABLE,
     Reference,
@@ -88,6 +89,13 @@ RANKLLAMA_BASE = "Llama-2-7b-hf"
 RERANK_MAX_LENGTH = 512  # src/eval_reranker.py L134 as written gives 512 to all three
 RERANK_FIRST_STAGE = "nv"
 RERANK_DEPTH = 10
+
+# Rows a method's authors published (eval/references/r2med-authors.json): ReasonRank-32B over
+# the first stage its repository publishes (runs/r2med_<Task>/<this file>), in run_rank_llm.sh's
+# setting; matched on the run file's name, the stage and its options, the model's last name
+REASONRANK_FILE = "e5-mistral-7b-instruct_top100.txt"
+REASONRANK_OPTIONS = {"depth": 100, "window": 20, "step": 10, "passage_tokens": 512}
+REASONRANK_MODELS = {"reasonrank-32b": "reranker/reasonrank-32b/e5/top_100"}
 
 
 def _name(model: str) -> str:
@@ -153,10 +161,29 @@ def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | Non
     return f"reranker/{reranker}/{retriever}/top_{RERANK_DEPTH}"
 
 
+def _authors_row(config: Mapping[str, Any]) -> str | None:
+    """The authors' row a rerank of a published run file reproduces (ReasonRank's), or None."""
+    stages = config.get("rerank") or []
+    if _name(str(config.get("run_file") or "")) != REASONRANK_FILE or len(stages) != 1:
+        return None
+    stage = stages[0]
+    options = stage.get("options") or {}
+    if stage.get("kind") != "reasonrank":
+        return None
+    if any(options.get(k) != v for k, v in REASONRANK_OPTIONS.items()):
+        return None
+    llm = config.get("llm") or {}
+    if llm.get("max_tokens") is not None or llm.get("temperature") is not None:
+        return None  # the budget and the temperature are the original's (the sampling table)
+    return REASONRANK_MODELS.get(_name(str(options.get("model") or "")))
+
+
 def candidate_row(config: Mapping[str, Any]) -> str | None:
     """The row id the run's setup would have in R2MED's table, whether or not R2MED has it."""
     if config.get("run_file"):
-        return None  # which retriever made a run file's lists, its config cannot say
+        # which retriever made a run file's lists, its config cannot say; a method's authors
+        # name the file they published
+        return _authors_row(config)
     retriever = r2med_retriever(config.get("retriever") or {})
     if config.get("rerank"):
         return _reranker_row(config, retriever)
@@ -177,8 +204,8 @@ def paper_references(config: Mapping[str, Any]) -> list[Reference]:
     row = candidate_row(config)
     if row is None:
         return []
-    tables = (load_references(DEFAULT_TABLE), load_references(LEADERBOARD_TABLE))
-    return [rows[row] for rows in tables if row in rows]
+    tables = (DEFAULT_TABLE, LEADERBOARD_TABLE, AUTHORS_TABLE)
+    return [rows[row] for rows in map(load_references, tables) if row in rows]
 
 
 def paper_row(config: Mapping[str, Any]) -> str | None:
@@ -240,6 +267,11 @@ def average_note(ref: Reference, tasks: Iterable[str], metric: str = "NDCG@10") 
     """The published average ×100 over the run's R2MED ``tasks`` (each once), as a line with
     its source, and the other source's where the two conflict; None without any such task."""
     names = list(dict.fromkeys(t for t in map(r2med_task_name, tasks) if t is not None))
+    if ref.average_only and names and metric == "NDCG@10":
+        line = f"{ref.source_name} ({ref.row}): avg nDCG@10 {ref.published_average * 100:.2f}"
+        if set(names) == set(R2MED_TASKS):
+            return f"{line} over R2MED's 8 tasks, published alone (no per-task figures)"
+        return f"{line}, published over R2MED's 8 tasks alone: not comparable with {len(names)}"
     held = [t for t in names if ref.figure(t, metric) is not None]
     if not held:
         return None

@@ -1172,3 +1172,54 @@ def test_compare_beside_an_average_only_row_invents_no_figure(runs, tmp_path, ca
     ]
     address = f"https://github.com/8421BCD/ReasonRank/blob/{REASONRANK_COMMIT}/README.md#L30"
     assert (out / "leaderboard.csv").read_text().splitlines()[-1] == f"{label},{address},,,,"
+
+
+# ---- the authors' rows beside a run: ReasonRank-32B over its published first stage ----------
+
+
+def reasonrank_config(**changes):
+    """A rerank of ReasonRank's published e5-mistral file by ReasonRank-32B, as recorded."""
+    from agents.rerank.reasonrank import DEFAULTS as REASONRANK_DEFAULTS
+
+    options = {**REASONRANK_DEFAULTS, "model": "hosted_vllm/liuwenhan/reasonrank-32B"}
+    options.update(changes.pop("options", {}))
+    config = {
+        "agent": "none",
+        "run_file": "/data/ReasonRank/runs/r2med_Biology/e5-mistral-7b-instruct_top100.txt",
+        "rerank": [{"kind": "reasonrank", "options": options}],
+        "llm": {"model": options["model"], "max_tokens": None, "temperature": None},
+    }
+    config.update(changes)
+    return config
+
+
+def test_a_rerank_of_reasonranks_file_is_shown_beside_its_published_average():
+    from agents.paper import average_note
+
+    ref = paper_reference(reasonrank_config())
+    assert ref is not None and ref.spec == "r2med-authors:reranker/reasonrank-32b/e5/top_100"
+    assert paper_figures(reasonrank_config(), ["Biology"]) == {}  # no per-task figure exists
+    every = average_note(ref, R2MED_TASKS)
+    assert every == (
+        "ReasonRank repository (reranker/reasonrank-32b/e5/top_100): avg nDCG@10 42.85 over "
+        "R2MED's 8 tasks, published alone (no per-task figures)"
+    )
+    one = average_note(ref, ["Biology", "toy"])
+    assert one.endswith("published over R2MED's 8 tasks alone: not comparable with 1")
+    assert average_note(ref, ["toy"]) is None
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"options": {"model": "hosted_vllm/liuwenhan/reasonrank-7B"}},  # another checkpoint
+        {"options": {"depth": 20}},
+        {"options": {"window": 10}},
+        {"options": {"passage_tokens": 256}},
+        {"run_file": "/data/runs/r2med_Biology/bm25_top100.txt"},  # another first stage
+        {"llm": {"model": "x", "max_tokens": 1024, "temperature": None}},  # another budget
+        {"rerank": [{"kind": "llm-listwise", "options": {"model": "x/reasonrank-32B"}}]},
+    ],
+)
+def test_another_setup_is_not_shown_beside_reasonranks_figure(changes):
+    assert paper_reference(reasonrank_config(**changes)) is None
