@@ -46,7 +46,7 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
-from eval.trec import DUPLICATE_RULES
+from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import (
     BM25_METHODS,
     ApiEmbedConfig,
@@ -185,6 +185,9 @@ class RunConfig:
     # a (qid, docid) pair the run file lists twice: refused, as trec_eval refuses it, or kept
     # at its highest score ("max"; ReasonRank's runs of tasks whose corpus repeats ids)
     run_file_duplicates: str = "refuse"
+    # a query's documents in trec_eval's order ("score") or as the file lists them ("file",
+    # as ReasonRank's loader reads its runs)
+    run_file_order: str = "score"
     # where a generate-then-retrieve agent's texts come from instead of an LLM
     # (agents.generations): r2med:<llm>[@<folder>], a .jsonl file or a run folder
     generations: str | None = None
@@ -269,11 +272,11 @@ class RunConfig:
     def _check_run_file(self) -> None:
         """A run file is the whole first stage: no agent, replay or source run beside it."""
         check_field(self, "run_file_duplicates", "", one_of(DUPLICATE_RULES), ConfigError)
+        check_field(self, "run_file_order", "", one_of(RUN_FILE_ORDERS), ConfigError)
         if self.run_file is None:
-            if self.run_file_duplicates != "refuse":
-                raise ConfigError(
-                    f"run_file_duplicates {self.run_file_duplicates!r}: there is no run file"
-                )
+            for name, default in (("run_file_duplicates", "refuse"), ("run_file_order", "score")):
+                if getattr(self, name) != default:
+                    raise ConfigError(f"{name} {getattr(self, name)!r}: there is no run file")
             return
         if not isinstance(self.run_file, str) or not self.run_file:
             raise ConfigError(f"run_file: expected a file path, got {self.run_file!r}")

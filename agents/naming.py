@@ -88,6 +88,8 @@ class NamedRun(Protocol):
 
     @property
     def run_file_duplicates(self) -> str: ...
+    @property
+    def run_file_order(self) -> str: ...
 
 
 def prompt_version(prompts: Mapping[str, str]) -> str:
@@ -144,6 +146,8 @@ def _run_file_name(config: NamedRun, variant: str | None) -> str:
     parts = [Path(str(config.run_file)).stem, *_data_parts(config)]
     if config.run_file_duplicates != "refuse":
         parts.append(f"duplicates={config.run_file_duplicates}")
+    if config.run_file_order != "score":
+        parts.append(f"order={config.run_file_order}")
     if config.rerank:
         parts.append("reranked")
         # the model of the stages that call the run's: the file's name says nothing of it

@@ -148,7 +148,8 @@ def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:
         )
     (tp,) = plans
     tp.run_file = read_run_file(str(config.run_file), tp.task, tp.queries, config.eval.depth,
-                                config.eval.ties, config.run_file_duplicates)  # fmt: skip
+                                config.eval.ties, config.run_file_duplicates,
+                                config.run_file_order)  # fmt: skip
     for line in (
         repeated_line(tp.run_file),
         missing_line(tp.run_file, tp.task.name, len(tp.queries), config.eval.missing),

@@ -14,7 +14,10 @@ the lines folded (4 of ReasonRank's 8 R2MED e5 files repeat pairs). A query's do
 then ordered as trec_eval orders them: score descending, ties by doc id descending
 (usnistgov/trec_eval form_res_rels.c, ``comp_sim_docno``; the rank column's value is ignored,
 as trec_eval ignores it), or doc id ascending with ``--ties ascending``, and the first
-``--depth`` are kept (`eval.evaluate.top_k`).
+``--depth`` are kept (`eval.evaluate.top_k`). ``--order file`` keeps them as the file lists
+them instead, as ReasonRank's loader does (``run_rank_llm.py`` L213-232): where scores tie,
+which passages share a window follows the file's lines. Its first stage is still scored in
+trec_eval's order.
 
 A query the run answers but the file has no line for is missing from the first stage, as it is
 to trec_eval and to ``eval.score`` on the same file: it gets no record, no stage reranks it, and
@@ -59,6 +62,7 @@ def read_run_file(
     depth: int | None,
     ties: TieOrder = "trec",
     duplicates: str = "refuse",
+    order: str = "score",
 ) -> RunFileLists:
     """The lists the TREC run file at ``path`` gives ``queries`` of ``task``; DataError (one
     line naming the file, and the line and field where one is at fault) otherwise."""
@@ -77,7 +81,12 @@ def read_run_file(
             f"{path}: ranks none of the {len(queries)} queries of task {task.name} this run "
             "answers" + ("" if read.run else " (an empty run file)")
         )
-    ordered = strictly_decreasing(answered, ties) if depth is None else top_k(answered, depth, ties)
+    if order == "file":  # the first `depth` as listed (a pair listed twice: its first place)
+        ordered = {q: dict(list(docs.items())[:depth]) for q, docs in answered.items()}
+    elif depth is None:
+        ordered = strictly_decreasing(answered, ties)
+    else:
+        ordered = top_k(answered, depth, ties)
     return RunFileLists(
         path=path,
         sha256=read.sha256,

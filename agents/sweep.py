@@ -24,7 +24,8 @@ have them.
 
 `run_files` adds first stages read from TREC run files (`agents.run_file`) beside the agents:
 each ``{file = "...", dataset = "..."}`` (``duplicates = "max"`` to read a file that repeats a
-(qid, docid) pair; or just the file, when `datasets` names one task) is
+(qid, docid) pair, ``order = "file"`` to keep its line order; or just the file, when
+`datasets` names one task) is
 reranked by every chain of `reranks` ([] scores the file alone), as `python -m agents.rerank
 FILE --task DATASET` would; with run files, `agents` may be left out. Options for an agent or
 a retriever do not apply to these cells.
@@ -60,7 +61,7 @@ from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
 from eval.files import safe_name, writable_folder, write_json
 from eval.runs import CONFIG_FILE
-from eval.trec import DUPLICATE_RULES
+from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from prompts import prompt_family
 
 _AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
@@ -71,7 +72,7 @@ TOP_KEYS = {
     "compare", "reranks", "run_files",
 }  # fmt: skip
 RUN_FILE_KEYS = ("file", "dataset")  # a run_files entry's required keys
-ENTRY_KEYS = {*RUN_FILE_KEYS, "duplicates"}
+ENTRY_KEYS = {*RUN_FILE_KEYS, "duplicates", "order"}
 COMPARE_KEYS = {"metric", "baseline", "test"}
 MAX_LISTED = 12  # cell names an error lists
 
@@ -94,6 +95,7 @@ class RunFile:
     file: str
     dataset: str
     duplicates: str = "refuse"  # a (qid, docid) pair listed twice: refused, or kept at its max
+    order: str = "score"  # its documents in trec_eval's order, or as the file lists them
 
 
 @dataclass
@@ -313,7 +315,10 @@ def _run_files(value: Any, base: Path, datasets: list[str]) -> list[RunFile]:
         duplicates = entry.get("duplicates", "refuse")
         if duplicates not in DUPLICATE_RULES:
             raise ValueError(f"duplicates {duplicates!r}: one of {', '.join(DUPLICATE_RULES)}")
-        run_file = RunFile(str(file), _dataset(base, entry["dataset"]), duplicates)
+        order = entry.get("order", "score")
+        if order not in RUN_FILE_ORDERS:
+            raise ValueError(f"order {order!r}: one of {', '.join(RUN_FILE_ORDERS)}")
+        run_file = RunFile(str(file), _dataset(base, entry["dataset"]), duplicates, order)
         if not Path(run_file.dataset).is_dir() and (
             "," in run_file.dataset or run_file.dataset.strip().lower() == "r2med"
         ):
@@ -455,7 +460,8 @@ def _add_run_file_cells(grid: _Grid, sweep: Sweep, run_file: RunFile, chain: lis
             if used:
                 settings["prompt"] = {k: str(v) for k, v in used.items()}
             config = dataclasses.replace(from_settings(settings), run_file=run_file.file,
-                                         run_file_duplicates=run_file.duplicates)  # fmt: skip
+                                         run_file_duplicates=run_file.duplicates,
+                                         run_file_order=run_file.order)  # fmt: skip
             name = default_run_name(config, variant if model else None)
             # by the file's name: ReasonRank's e5 runs of every task are one setup
             setup = (f"run:{Path(run_file.file).name}", tuple(chain), model,

@@ -89,6 +89,10 @@ def read_run(path: PathLike) -> Run:
 
 
 DUPLICATE_RULES: tuple[str, ...] = ("refuse", "max")
+# how a run file's documents are ordered for a rerank: by score as trec_eval orders them, or as
+# the file lists them (ReasonRank's loader, run_rank_llm.py L213-232, keeps the line order,
+# which decides which passages share a window where scores tie)
+RUN_FILE_ORDERS: tuple[str, ...] = ("score", "file")
 
 
 @dataclass(frozen=True)

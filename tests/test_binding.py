@@ -54,7 +54,7 @@ from agents.pipeline import RunError
 from agents.registry import AGENTS, STAGES
 from agents.rerank.pointwise import JUDGES
 from eval import runs
-from eval.trec import DUPLICATE_RULES
+from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import DTYPES, FUSION_METHODS, INSTRUCTION_SETS
 from tests import tiny_models
 from tests.conftest import DOCS, QRELS, QUERIES
@@ -150,6 +150,7 @@ SCENARIOS = {
     "run_file": "run-file",  # a rerank of a TREC run file's lists
     "run_file_sha256": "run-file",
     "run_file_duplicates": "run-file",
+    "run_file_order": "run-file",
     "rerank": "llm-listwise",
 }
 
@@ -164,6 +165,7 @@ PATH_CHOICES: dict[str, tuple[Any, ...]] = {
     "retriever.fusion.method": tuple(FUSION_METHODS),
     "rerank.kind": tuple(STAGES),
     "run_file_duplicates": DUPLICATE_RULES,
+    "run_file_order": RUN_FILE_ORDERS,
 }
 # the same for agent and stage options, by key
 OPTION_CHOICES: dict[str, tuple[Any, ...]] = {

@@ -318,6 +318,33 @@ def test_ties_are_ordered_as_trec_eval_orders_them_and_cut_at_depth(
     }  # fmt: skip
 
 
+def test_order_file_keeps_the_files_lines_as_reasonranks_loader_does(
+    tmp_path, task_dir, no_retriever, capsys
+):
+    # ReasonRank's run_rank_llm.py L213-232 appends each line's candidate in file order
+    scripted.install(Prompts())
+    trec = write(tmp_path / "ties.trec", "q1 Q0 d1 1 1.0 r\nq1 Q0 d2 2 1.0 r\nq1 Q0 d6 3 1.0 r\n"
+                 "q2 Q0 d3 1 0.5 r\nq2 Q0 d7 2 2.5 r\nq2 Q0 d5 3 1.5 r\n")  # fmt: skip
+    assert rerank_file(trec, task_dir, tmp_path, "--order", "file", "--run-name", "lines") == 0
+    assert rerank_file(trec, task_dir, tmp_path, "--run-name", "scores") == 0
+    task = tmp_path / "runs" / "lines" / "cases"
+    first = read_records(task / "queries.jsonl")
+    assert {q: [d for d, _ in r["ranking"]] for q, r in first.items()} == {
+        "q1": ["d1", "d2", "d6"], "q2": ["d3", "d7", "d5"],
+    }  # fmt: skip
+    windows = read_records(task / STAGE_FOLDER / "queries.jsonl")["q2"]["steps"]
+    assert windows[0]["doc_ids"] == ["d7", "d5"]  # the bottom two lines, as listed
+    # the first stage itself is scored in trec_eval's order either way
+    lines, scores = summary(tmp_path / "runs" / "lines"), summary(tmp_path / "runs" / "scores")
+    assert lines["stages"]["agent"] == scores["stages"]["agent"]
+    config = json.loads((tmp_path / "runs" / "lines" / "config.json").read_text())
+    assert config["run_file_order"] == "file"
+    capsys.readouterr()
+    folder = tmp_path / "runs" / "scores"
+    assert rerank_main([str(folder), *STAGES, "--order", "file", "--quiet"]) == 2
+    assert "--order: a run folder has no run file to read" in capsys.readouterr().err
+
+
 def test_a_resume_over_a_changed_file_is_refused(tmp_path, task_dir, capsys, no_retriever):
     provider = scripted.install(Prompts())
     trec = write(tmp_path / "good.trec", GOOD)
@@ -404,8 +431,10 @@ cache = "off"
          "lists two run files named e5.txt for demo"),
         ('{ file = "e5.txt", dataset = "demo", duplicates = "first" }',
          "duplicates 'first': one of refuse, max"),
+        ('{ file = "e5.txt", dataset = "demo", order = "rank" }',
+         "order 'rank': one of score, file"),
     ],
-    ids=["several tasks", "no file", "unknown key", "twice", "duplicates"],
+    ids=["several tasks", "no file", "unknown key", "twice", "duplicates", "order"],
 )  # fmt: skip
 def test_a_bad_run_files_entry_is_one_line_naming_the_key(tmp_path, capsys, entry, problem):
     write(tmp_path / "e5.txt", GOOD)

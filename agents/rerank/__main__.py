@@ -46,7 +46,7 @@ from agents.config import (
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
 from eval.runs import read_config
-from eval.trec import DUPLICATE_RULES
+from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 
 # the flags of agents.run that a rerank of a finished run may set
 # the sampling settings (agents.llm.sampling): the source run's agent was sent its own
@@ -89,6 +89,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a run file listing a (qid, docid) pair twice: refuse it, as trec_eval does, or "
         "keep each pair's highest score (max) (default: refuse)",
+    )
+    p.add_argument(
+        "--order",
+        choices=RUN_FILE_ORDERS,
+        default=None,
+        help="a run file's documents in trec_eval's order (score: score descending, ties by "
+        "doc id) or as the file lists them (file: ReasonRank's loader) (default: score)",
     )
     p.add_argument(
         "--overwrite", action="store_true", help="replace a run folder of another config"
@@ -143,7 +150,9 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
     )
 
 
-def run_file_config(path: Path, settings: dict, duplicates: str | None = None) -> RunConfig:
+def run_file_config(
+    path: Path, settings: dict, duplicates: str | None = None, order: str | None = None
+) -> RunConfig:
     """The config of a rerank of the TREC run file at ``path`` over the task ``--task``
     names, from this command's settings: agent "none", the file's lists as its first stage;
     ``duplicates`` says how a pair the file lists twice is read (default: refused)."""
@@ -158,7 +167,10 @@ def run_file_config(path: Path, settings: dict, duplicates: str | None = None) -
     if model and config.llm is not None:  # the run's model is the stages': no agent calls one
         config = dataclasses.replace(config, llm=dataclasses.replace(config.llm, model=model))
     return dataclasses.replace(
-        config, run_file=str(path.resolve()), run_file_duplicates=duplicates or "refuse"
+        config,
+        run_file=str(path.resolve()),
+        run_file_duplicates=duplicates or "refuse",
+        run_file_order=order or "score",
     )
 
 
@@ -183,10 +195,11 @@ def main(argv: list[str] | None = None) -> int:
 def _rerank(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if "dataset" in settings or args.source.is_file():
-        config = run_file_config(args.source, settings, args.duplicates)
+        config = run_file_config(args.source, settings, args.duplicates, args.order)
     else:
-        if args.duplicates is not None:
-            raise ConfigError("--duplicates: a run folder has no run file to read")
+        for flag, value in (("--duplicates", args.duplicates), ("--order", args.order)):
+            if value is not None:
+                raise ConfigError(f"{flag}: a run folder has no run file to read")
         config = rerank_config(args.source, settings)
     from agents.pipeline import run  # after parsing: --help loads no retriever or LLM stack
 
