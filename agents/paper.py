@@ -166,6 +166,8 @@ def _authors_row(config: Mapping[str, Any]) -> str | None:
     stages = config.get("rerank") or []
     if _name(str(config.get("run_file") or "")) != REASONRANK_FILE or len(stages) != 1:
         return None
+    if config.get("run_file_order") != "file":  # its loader keeps the file's line order
+        return None
     stage = stages[0]
     options = stage.get("options") or {}
     if stage.get("kind") != "reasonrank":

@@ -1186,6 +1186,7 @@ def reasonrank_config(**changes):
     config = {
         "agent": "none",
         "run_file": "/data/ReasonRank/runs/r2med_Biology/e5-mistral-7b-instruct_top100.txt",
+        "run_file_order": "file",
         "rerank": [{"kind": "reasonrank", "options": options}],
         "llm": {"model": options["model"], "max_tokens": None, "temperature": None},
     }
@@ -1217,6 +1218,7 @@ def test_a_rerank_of_reasonranks_file_is_shown_beside_its_published_average():
         {"options": {"window": 10}},
         {"options": {"passage_tokens": 256}},
         {"run_file": "/data/runs/r2med_Biology/bm25_top100.txt"},  # another first stage
+        {"run_file_order": "score"},  # trec_eval's order, not ReasonRank's loader's
         {"llm": {"model": "x", "max_tokens": 1024, "temperature": None}},  # another budget
         {"rerank": [{"kind": "llm-listwise", "options": {"model": "x/reasonrank-32B"}}]},
     ],
