@@ -282,7 +282,9 @@ def patched(owner: Any, name: str, value: Any) -> Any:
         setattr(owner, name, real)
 
 
-def _direct_call(self: LLM, messages: list[dict], stop: list[str] | None, request: dict) -> Any:
+def _direct_call(
+    self: LLM, messages: list[dict], stop: list[str] | None, request: dict, prompt: str | None
+) -> Any:
     """LLM._call_with_retries without litellm: the scripted provider answers directly."""
     provider = litellm.custom_provider_map[-1]["custom_handler"]
     return provider.acompletion(self.model, messages, optional_params={"stop": stop, **request})

@@ -762,7 +762,9 @@ def generate(
         llm.n_tokens = keep  # eval() drops the KV cache from here on
 
         out = b""
-        scored: list[tuple[int, str, float, list[tuple[str, float]]]] = []  # (start byte, ...)
+        # every generated token's, the stop string's too, as vLLM gives them (its token ids
+        # and logprobs keep what the text's stop string cut): Rank1 reads the token ending it
+        scored: list[tuple[str, float, list[tuple[str, float]]]] = []
         n_generated = 0
         finish_reason, stop_reason = "length", None
         first = None
@@ -797,7 +799,7 @@ def generate(
             searched_from = max(0, len(out) - longest + 1)
             if logprobs is not None:
                 logprob, top = _token_logprobs(llm, token, logprobs, allowed_token_ids)
-                scored.append((len(out), _piece(llm, token), logprob, top))
+                scored.append((_piece(llm, token), logprob, top))
             out += llm.detokenize([token])
             hit = _first_stop(out, stops, searched_from) if stops else None
             if hit is not None:
@@ -811,9 +813,6 @@ def generate(
             _keep(model, ids, prefixes)
         end = time.perf_counter()
     first = first or end
-    # every generated token's, the stop string's too, as vLLM gives them (its token ids and
-    # logprobs keep what the text's stop string cut): Rank1 reads the token that ended it
-    kept = [(piece, lp, top) for _, piece, lp, top in scored]
     return Generation(
         # A token may end inside a UTF-8 sequence when max_tokens cuts it; drop the fragment.
         text=out.decode("utf-8", errors="ignore"),
@@ -823,7 +822,7 @@ def generate(
         completion_tokens=n_generated,
         prompt_seconds=first - start,
         generate_seconds=end - first,
-        logprobs=kept if logprobs is not None else None,
+        logprobs=scored if logprobs is not None else None,
     )
 
 

@@ -35,6 +35,7 @@ Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the su
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -119,11 +120,12 @@ class Rank1Reranker:
     def render(self, query: str, passage: str) -> str:
         return self.prompt.render(query=self.instruction.render(query=query), passage=passage)
 
-    def force(self) -> tuple[str, dict[str, Any]]:
+    async def force(self) -> tuple[str, dict[str, Any]]:
         """How the forced token is restricted (a ``forced_by`` note) and the request's
-        parameters that do it; decided once, on the first forced reply."""
+        parameters that do it; decided once, on the first forced reply (a server may be
+        asked to tokenize: off the event loop)."""
         if self._force is None:
-            self._force = self._restriction()
+            self._force = await asyncio.to_thread(self._restriction)
         return self._force
 
     def _restriction(self) -> tuple[str, dict[str, Any]]:
@@ -172,7 +174,7 @@ class Rank1Reranker:
         score = true_probability(completion.logprobs)
         if score is not None:
             return {**step, "score": round(score, 6), "outcome": "closed"}
-        forced_by, restriction = self.force()
+        forced_by, restriction = await self.force()
         forced, forced_call = await llm_complete_call(
             self.ctx, "judge", forced_prompt(prompt, completion.text),
             max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS,
