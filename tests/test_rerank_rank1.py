@@ -286,3 +286,80 @@ def test_the_embedded_model_forces_with_its_own_token_ids(tmp_path):
     again = asyncio.run(build_rank1(ctx).rerank("q1", "what reduces fever?", RANKING))
     assert again["ranking"] == result["ranking"]
     assert all(s["cached"] and s["forced"]["cached"] for s in again["steps"])
+
+
+# --- the wire: what a vLLM server is sent -----------------------------------------------------
+
+
+class FakeVLLM:
+    """A vLLM-shaped server: /tokenize gives ids, /v1/completions answers and keeps each body.
+    The first completion of a passage never closes </think>; the forced one answers " true"."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.tokenized: list[dict] = []
+
+    def answer(self, path: str, body: dict) -> dict:
+        if path == "/tokenize":
+            self.tokenized.append(body)
+            return {"tokens": [101] if body["prompt"] == " true" else [202], "count": 1}
+        self.bodies.append(body)
+        forced = body["prompt"].endswith("</think>")
+        text = " true" if forced else "The passage is about"
+        top = {" true": math.log(0.8), " false": math.log(0.2)} if forced else {" about": -0.1}
+        return {
+            "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "rank1",
+            "choices": [{"index": 0, "text": text, "finish_reason": "length",
+                         "logprobs": {"tokens": [text], "token_logprobs": [-0.2],
+                                      "top_logprobs": [top], "text_offset": [0]}}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 1, "total_tokens": 51},
+        }  # fmt: skip
+
+
+def test_a_vllm_server_gets_raw_prompts_and_allowed_token_ids_from_its_tokenizer(tmp_path):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    fake = FakeVLLM()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet test output
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            reply = json.dumps(fake.answer(self.path, body)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        llm = LLM("hosted_vllm/jhu-clsp/rank1-7b", cache_dir=tmp_path / "cache",
+                  api_base=f"http://127.0.0.1:{httpd.server_address[1]}/v1")  # fmt: skip
+        ctx = StageContext(
+            corpus=CORPUS, task="toy", options={**DEFAULTS, "depth": 2}, llm=llm,
+            prompts=PromptBook(task="toy"),
+            sampling={"judge": {"temperature": 0.0, "max_tokens": 8192}},
+        )  # fmt: skip
+        result = asyncio.run(build_rank1(ctx).rerank("q1", "what reduces fever?", RANKING))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    # the ids of " true" and " false" come from the server's own tokenizer, without specials
+    assert [b["prompt"] for b in fake.tokenized] == [" true", " false"]
+    assert all(b["add_special_tokens"] is False for b in fake.tokenized)
+    first, forced = fake.bodies[0], fake.bodies[1]
+    # rank1.py L86-92: the raw prompt, temperature 0, 8,192 tokens, logprobs 20, its stops
+    assert first["prompt"] == original_prompt("what reduces fever?", CORPUS["d1"])
+    assert (first["temperature"], first["max_tokens"], first["logprobs"]) == (0.0, 8192, 20)
+    assert first["stop"] == STOP and "messages" not in first
+    # L126-133: one token among the two, greedy, logprobs 20
+    assert forced["allowed_token_ids"] == [101, 202]
+    assert (forced["max_tokens"], forced["temperature"], forced["logprobs"]) == (1, 0.0, 20)
+    assert forced["prompt"].endswith("\nThe passage is about\n</think>")
+    assert [s["score"] for s in result["steps"]] == [0.8, 0.8]
+    assert {s["forced_by"] for s in result["steps"]} == {"allowed_token_ids [101, 202]"}
