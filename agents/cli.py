@@ -77,7 +77,7 @@ def paper_for(config: RunConfig) -> Reference | None:
 def report(result: TaskResult, paper: Reference | None = None) -> str:
     """One task's line: the headline metric beside the no-LLM baseline and, for a run that
     reproduces a published row, the paper's figure; usage, failures; then the averaging."""
-    from agents.pipeline import HEADLINE  # loaded by the run that made the result
+    from eval.metrics import HEADLINE
 
     summary = result.summary
     line = f"{result.folder}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
@@ -122,7 +122,7 @@ def paper_average(result: RunResult, paper: Reference | None) -> str | None:
 def print_summary(result: RunResult, paper: Reference | None = None) -> int:
     """The run's leaderboard, the paper's average over the same tasks when the run
     reproduces a published row, and where it is; the exit status (1 when queries failed)."""
-    from agents.pipeline import HEADLINE  # loaded by the run that made the result
+    from eval.metrics import HEADLINE
     from eval.report import leaderboard_markdown
 
     table = leaderboard_markdown(

@@ -20,11 +20,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.llm.cache import CACHE_MODES
 from agents.llm.sampling import PRESETS
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.llm.serving import ROUTINGS, SERVERS, load_template
@@ -33,7 +34,6 @@ from agents.naming import run_folder_name
 from agents.registry import AGENTS, STAGES, OptionSpec
 from agents.secrets import public_url, redact
 from eval.argtypes import (
-    boolean,
     check_field,
     integer_from,
     non_negative_float,
@@ -46,19 +46,13 @@ from eval.argtypes import (
     unit_float,
 )
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
+from eval.flags import Setting, add_flags, key_values
+from eval.retry import DEFAULT_TIMEOUT_S
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
-from retrievers.config import (
-    BM25_METHODS,
-    ApiEmbedConfig,
-    BM25Config,
-    DenseConfig,
-    FusionConfig,
-    RetrieverConfig,
-)
+from retrievers.config import RetrieverConfig
+from retrievers.flags import TASK_SETTINGS, retriever_from_settings, retriever_settings
 
 DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
-DEFAULT_TIMEOUT_S = 600.0  # per attempt: long enough for a reasoning answer, not a hung server
-CACHE_MODES = ("use", "refresh", "off")  # agents.llm.client checks the same three
 
 
 class ConfigError(ValueError):
@@ -476,68 +470,19 @@ def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 # --- flat settings: flags, sweep options, Python keyword arguments --------------------------
 
 
-@dataclass(frozen=True)
-class Setting:
-    path: str  # where it goes in the config ("llm.temperature"); "" for special handling
-    help: str
-    type: Callable[[str], Any] | None = None  # the flag's parser (a checker from argtypes)
-    choices: Sequence[str] | None = None
-    many: bool = False  # repeatable: a list of values
-    flag_only: bool = False  # a command-line shortcut (e.g. --max-turns for an option)
-    metavar: str | None = None
-    switch: bool = False  # a flag that takes no value: given means true
+def _run_name_arg(text: str) -> str:
+    from eval.files import check_component
+
+    try:
+        return check_component(text, "--run-name")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--run-name ")) from None
 
 
 SETTINGS: dict[str, Setting] = {
     "agent": Setting("agent", "the first stage", choices=tuple(AGENTS)),
-    "dataset": Setting(
-        "dataset", "'demo' (bundled), a folder, an R2MED task name, 'r2med', or a comma list"
-    ),
-    "retriever": Setting("retriever.spec", "bm25, dense[:model], api:<model>, or a+b fusion"),
-    "bm25_method": Setting(
-        "retriever.bm25.method",
-        "bm25q is R2MED's (gensim LuceneBM25Model on docs and query)",
-        choices=tuple(BM25_METHODS),
-    ),
-    "k1": Setting("retriever.bm25.k1", "BM25 k1 (default: the method's)", non_negative_float),
-    "b": Setting("retriever.bm25.b", "BM25 b (default: the method's)", unit_float),
-    "device": Setting(
-        "retriever.dense.device", "dense: auto (CUDA if present), cpu, cuda[:N], mps"
-    ),
-    "dtype": Setting("retriever.dense.dtype", "dense: embedding dtype"),
-    "batch_size": Setting("retriever.dense.batch_size", "dense: encoding batch", positive_int),
-    "max_length": Setting("retriever.dense.max_length", "dense: tokens per text", positive_int),
-    "instructions": Setting(
-        "retriever.dense.instructions", "dense: R2MED's query/doc instructions, or none"
-    ),
-    "dense_family": Setting(
-        "retriever.dense.family",
-        "dense: the model's family (loading, pooling, length, instructions): auto (from its "
-        "name, as R2MED names its retrievers) or one of retrievers/families.json",
-    ),
-    "trust_remote_code": Setting(
-        "retriever.dense.trust_remote_code",
-        "dense: let models whose family runs their repository's own code load (NV-Embed, "
-        "GritLM); off unless given",
-        switch=True,
-    ),
-    "ignore_identical_ids": Setting(
-        "retriever.dense.ignore_identical_ids",
-        "dense/api: never return the document whose id is the query's (R2MED's dense "
-        "evaluation, BEIR's exact search): true or false",
-        boolean,
-        metavar="{true,false}",
-    ),
-    "embed_api_base": Setting("retriever.api.api_base", "api: base URL of the embedding server"),
-    "embed_batch_size": Setting("retriever.api.batch_size", "api: texts per call", positive_int),
-    "embed_option": Setting(
-        "retriever.api.params",
-        "api: an extra embedding parameter, e.g. dimensions=256",
-        many=True,
-        metavar="KEY=VALUE",
-    ),
-    "fusion": Setting("retriever.fusion.method", "how '+' retrievers are fused"),
-    "fusion_k": Setting("retriever.fusion.k", "reciprocal-rank fusion's k", positive_int),
+    "dataset": TASK_SETTINGS["dataset"],
+    **retriever_settings(),  # from retrievers.config's fields: one help text each
     "model": Setting("llm.model", "LLM: any litellm model, or local/<name> (embedded)"),
     "api_base": Setting(
         "llm.api_base",
@@ -627,13 +572,7 @@ SETTINGS: dict[str, Setting] = {
         switch=True,
     ),
     "limit": Setting("limit", "only the first N queries per task", positive_int),
-    "timeout": Setting(
-        "timeout",
-        "seconds an LLM or embedding call waits for the server's answer, per attempt; a run "
-        "whose server stops answering ends with one line naming it",
-        positive_float,
-        metavar="SECONDS",
-    ),
+    "timeout": TASK_SETTINGS["timeout"],
     "generations": Setting(
         "generations",
         "hyde, query2doc, lamer: read each query's text instead of calling a model: "
@@ -686,8 +625,10 @@ SETTINGS: dict[str, Setting] = {
         "", "listwise stages: how far each window moves up, unless the spec says", positive_int
     ),
     "runs_dir": Setting("runs_dir", "where run folders go"),
-    "run_name": Setting("run_name", "run folder name inside --runs-dir (default: from the config)"),
-    "cache_dir": Setting("cache_dir", "indexes, LLM cache, downloads"),
+    "run_name": Setting(
+        "run_name", "run folder name inside --runs-dir (default: from the config)", _run_name_arg
+    ),
+    "cache_dir": TASK_SETTINGS["cache_dir"],
 }
 
 
@@ -701,6 +642,7 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown setting; known: {', '.join(SETTINGS)}")
     groups: dict[str, dict[str, Any]] = {}
+    retriever_values: dict[str, Any] = {}
     top: dict[str, Any] = {}
     options: dict[str, Any] = {}
     stage_wide = {STAGE_WIDE[k]: v for k, v in values.items() if k in STAGE_WIDE}
@@ -714,8 +656,8 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
             options[path.split(".", 1)[1]] = value
         elif key == "prompt":
             top["prompt_files"] = {k: str(v) for k, v in _prompt_files(value).items()}
-        elif key == "embed_option":
-            groups.setdefault("retriever.api", {})["params"] = _pairs(value, "embed_option")
+        elif path.startswith("retriever."):
+            retriever_values[key] = value
         elif key == "rerank":
             top["rerank"] = stages_with(value, stage_wide)
         elif "." in path:
@@ -730,18 +672,9 @@ def from_settings(values: Mapping[str, Any]) -> RunConfig:
         if key in top and top[key] is not None:
             top[key] = str(top[key])
     try:
-        retriever = RetrieverConfig(
-            spec=groups.get("retriever", {}).get("spec", RetrieverConfig().spec),
-            bm25=BM25Config(**groups.get("retriever.bm25", {})),
-            dense=DenseConfig(**groups.get("retriever.dense", {})),
-            api=ApiEmbedConfig(**groups.get("retriever.api", {})),
-            fusion=FusionConfig(**groups.get("retriever.fusion", {})),
-        )
-    except ValueError as e:  # its messages name the field within it ("dense.batch_size")
-        message = str(e)
-        raise ConfigError(
-            message if message.startswith("retriever.") else f"retriever.{message}"
-        ) from None
+        retriever = retriever_from_settings(retriever_values)
+    except ValueError as e:  # its messages name the field ("retriever.dense.batch_size")
+        raise ConfigError(str(e)) from None
     llm = LLMConfig(**groups["llm"]) if "llm" in groups else None
     return RunConfig(
         **top,
@@ -811,15 +744,10 @@ def stages_with(texts: Sequence[Any], wide: Mapping[str, Any]) -> tuple[StageCon
 
 
 def _pairs(items: Any, what: str) -> dict[str, Any]:
-    if isinstance(items, Mapping):
-        return dict(items)
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = str(item).partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{what} {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
+    try:
+        return key_values(items, what)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _prompt_files(items: Any) -> dict[str, Path]:
@@ -833,41 +761,11 @@ def _prompt_files(items: Any) -> dict[str, Path]:
 def add_arguments(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
     """One flag per setting (or per setting in `only`), each defaulting to "not given" so
     the config's default applies."""
-    defaults = _flat_defaults()
-    for key, s in SETTINGS.items():
-        if only is not None and key not in only:
-            continue
-        flag = "--" + key.replace("_", "-")
-        shown = defaults.get(key)
-        help_text = s.help + (f" (default: {shown})" if shown not in (None, "", [], {}) else "")
-        kwargs: dict[str, Any] = {"help": help_text, "default": None, "dest": key}
-        if s.metavar:
-            kwargs["metavar"] = s.metavar
-        if s.switch:
-            kwargs.update(action="store_true", default=None)
-        elif s.many:
-            kwargs.update(action="append")
-        else:
-            if s.type is not None:
-                kwargs["type"] = s.type
-            if s.choices is not None:
-                kwargs["choices"] = list(s.choices)
-        if key == "run_name":
-            kwargs["type"] = _run_name_arg
-        parser.add_argument(flag, **kwargs)
+    add_flags(parser, SETTINGS, _flat_defaults(), only)
 
 
 def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in SETTINGS and v is not None}
-
-
-def _run_name_arg(text: str) -> str:
-    from eval.files import check_component
-
-    try:
-        return check_component(text, "--run-name")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("--run-name ")) from None
 
 
 def _flat_defaults() -> dict[str, Any]:

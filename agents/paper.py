@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eval.datasets import R2MED_TASKS, r2med_task_name
+from eval.metrics import HEADLINE
 from eval.references import (
     AUTHORS_TABLE,
     DEFAULT_TABLE,
@@ -232,7 +233,7 @@ def paper_spec(config: Mapping[str, Any]) -> str | None:
 
 
 def paper_figures(
-    config: Mapping[str, Any], task_names: Iterable[str], metric: str = "NDCG@10"
+    config: Mapping[str, Any], task_names: Iterable[str], metric: str = HEADLINE
 ) -> dict[str, float] | None:
     """The published ``metric`` on each of ``task_names`` that is an R2MED task and in the
     row, keyed as given; None when the run matches no row ({} when none of its tasks is
@@ -248,7 +249,7 @@ def paper_figures(
     return figures
 
 
-def figure_note(ref: Reference, task: str, metric: str = "NDCG@10") -> str | None:
+def figure_note(ref: Reference, task: str, metric: str = HEADLINE) -> str | None:
     """The published figure on one task as a run's line shows it, with its source:
     "R2MED repository, base/bm25: 0.19188"; where R2MED's sources conflict on that task,
     both figures. None when the row has no figure there."""
@@ -265,11 +266,11 @@ def figure_note(ref: Reference, task: str, metric: str = "NDCG@10") -> str | Non
     return note
 
 
-def average_note(ref: Reference, tasks: Iterable[str], metric: str = "NDCG@10") -> str | None:
+def average_note(ref: Reference, tasks: Iterable[str], metric: str = HEADLINE) -> str | None:
     """The published average ×100 over the run's R2MED ``tasks`` (each once), as a line with
     its source, and the other source's where the two conflict; None without any such task."""
     names = list(dict.fromkeys(t for t in map(r2med_task_name, tasks) if t is not None))
-    if ref.average_only and names and metric == "NDCG@10":
+    if ref.average_only and names and metric == HEADLINE:
         line = f"{ref.source_name} ({ref.row}): avg nDCG@10 {ref.published_average * 100:.2f}"
         if set(names) == set(R2MED_TASKS):
             return f"{line} over R2MED's 8 tasks, published alone (no per-task figures)"
@@ -291,4 +292,4 @@ def average_note(ref: Reference, tasks: Iterable[str], metric: str = "NDCG@10") 
 
 
 def _metric_text(metric: str) -> str:
-    return "nDCG@10" if metric == "NDCG@10" else metric
+    return "nDCG@10" if metric == HEADLINE else metric

@@ -38,6 +38,7 @@ from eval import runs
 from eval.datasets import Task, task_fingerprint
 from eval.evaluate import Evaluation, evaluate, pad_run, top_k
 from eval.files import safe_name, writable_folder, write_text
+from eval.metrics import HEADLINE
 from eval.report import leaderboard_markdown, results_json, write_results_json
 from eval.runs import record_line
 from eval.trec import write_run
@@ -45,8 +46,6 @@ from eval.usage import Usage
 from retrievers.search import Retriever, SearchRequest, build_retriever
 
 log = logging.getLogger("agents.pipeline")
-
-HEADLINE = "NDCG@10"
 
 
 @dataclass
@@ -100,16 +99,21 @@ async def arun(
     started = time.perf_counter()
     try:
         plan = prepare(config)
-        for name, entry in plan.config.sampling.items():
-            if entry["not_sent"]:  # what was asked for and is not sent is said, once per node
-                log.warning("%s on %s (preset %s): %s", name, entry["model"], entry["preset"],
-                            describe_sampling(entry))  # fmt: skip
+        warn_unsent(plan)
         return await _arun(plan, overwrite, progress, on_task, started)
     finally:
         if "litellm" in sys.modules:  # its HTTP sessions, if a run opened any
             from agents.llm.client import close_clients
 
             await close_clients()
+
+
+def warn_unsent(plan: Plan) -> None:
+    """Say, once per node, what sampling was asked for and is not sent."""
+    for name, entry in plan.config.sampling.items():
+        if entry["not_sent"]:
+            log.warning("%s on %s (preset %s): %s", name, entry["model"], entry["preset"],
+                        describe_sampling(entry))  # fmt: skip
 
 
 async def _arun(
@@ -313,22 +317,9 @@ async def run_task(
     elif tp.run_file is not None:
         records = adopt_run_file(tp.run_file, queries, out)
     else:
-        bm25 = build_retriever(
-            dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
-        )
-        retriever = (
-            bm25
-            if config.retriever.spec == "bm25"
-            else build_retriever(
-                config.retriever, task, plan.cache_dir, progress, embedding_transport(config)
-            )
-        )
-        if config.retriever_index:  # each server's answers checked against what the run is bound to
-            from retrievers.remote import bind
-
-            bind(retriever, config.retriever_index.get(tp.folder, {}), task.corpus)
+        graph, bm25 = agent_graph(plan, tp, progress)
         records = await run_queries(
-            plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)),
+            graph,
             queries,
             runs.records_path(out),
             concurrency=concurrency,
@@ -346,11 +337,10 @@ async def run_task(
         folder = out / runs.stage_dir_name(i, stage_config.kind)
         if tp.source_dir is not None and plan.source.rerank[:i] == config.rerank[:i]:
             adopt_records(tp.source_dir / folder.name, folder)  # the same stage, the same lists
-        stage = STAGES[stage_config.kind].build(plan.stage_context(tp, i, stage_config))
-        inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
+        graph = stage_graph(plan, tp, i, stage_config, records)
         records = await run_queries(
-            StageGraph(stage, inputs),
-            {q: queries[q] for q in inputs},
+            graph,
+            {q: queries[q] for q in graph.rankings},
             runs.records_path(folder),
             concurrency=concurrency,
             progress=progress,
@@ -397,18 +387,53 @@ async def run_task(
         if "bm25_baseline" in source_summary and source_summary.get("data") == fingerprint:
             summary["bm25_baseline"] = source_summary["bm25_baseline"]
     elif plan.spec.name != "none" and bm25 is not None:
-        base_run = _final_run(baseline_run(bm25, queries, config.eval.depth), task, config)
+        base_run = final_run(baseline_run(bm25, queries, config.eval.depth), task, config)
         base = evaluate(qrels, base_run, missing=config.eval.missing, ties=config.eval.ties)
         summary["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}
     runs.write_task_summary(out, summary)  # last: with failed == 0 it marks the task done
     return TaskResult(task.name, out.name, summary, records)
 
 
+def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, Retriever]:
+    """The agent's graph for one task of the run, and BM25 (the agent's first stage).
+
+    The run's retriever is built (or read from its cache) over the task's corpus, and a
+    retrieval server's answers are checked against what the run is bound to. `run_task` runs
+    the graph over the task's queries, `agents.query` over one query: the same graph.
+    """
+    config, task = plan.config, tp.task
+    bm25 = build_retriever(
+        dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
+    )
+    retriever = (
+        bm25
+        if config.retriever.spec == "bm25"
+        else build_retriever(
+            config.retriever, task, plan.cache_dir, progress, embedding_transport(config)
+        )
+    )
+    if config.retriever_index:  # each server's answers checked against what the run is bound to
+        from retrievers.remote import bind
+
+        bind(retriever, config.retriever_index.get(tp.folder, {}), task.corpus)
+    return plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)), bm25
+
+
+def stage_graph(
+    plan: Plan, tp: TaskPlan, index: int, stage_config: Any, records: dict[str, dict]
+) -> StageGraph:
+    """Rerank stage ``index`` (1-based) of the run over the rankings of ``records``, the
+    stage before it; a failed query has no ranking and is not reranked."""
+    stage = STAGES[stage_config.kind].build(plan.stage_context(tp, index, stage_config))
+    inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
+    return StageGraph(stage, inputs)
+
+
 def _score_stage(
     folder: Path, records: dict, qrels: dict, task: Task, config: RunConfig
 ) -> Evaluation:
     """One stage's ranked lists scored, and written beside its records."""
-    run = _final_run({q: ranking_of(r) for q, r in records.items() if not r["error"]}, task, config)
+    run = final_run({q: ranking_of(r) for q, r in records.items() if not r["error"]}, task, config)
     evaluation = evaluate(qrels, run, missing=config.eval.missing, ties=config.eval.ties)
     tag = f"r2med-agents-{safe_name(config.agent)}"
     write_run(run, runs.run_trec_path(folder), tag=tag, depth=config.eval.depth,
@@ -434,37 +459,29 @@ def _usage(records: dict) -> Usage:
     return Usage.total(Usage.from_dict(r["usage"]) for r in records.values())
 
 
-def _limited(task: Task, limit: int | None) -> dict[str, str]:
-    return dict(list(task.queries.items())[:limit]) if limit else dict(task.queries)
-
-
 def embedding_transport(config: RunConfig) -> dict[str, Any]:
     """What every embedding API call gets beside its parameters: the run's timeout, and the
-    LLM client's rule for a server that needs no key (a placeholder when the provider's key
-    variable is unset and ``--embed-api-base`` names a server)."""
-    transport: dict[str, Any] = {"timeout": config.timeout}
-    api = config.retriever.api
-    models = [p.arg for p in config.retriever.parts if p.kind == "api"]
-    if api.api_base and models and "api_key" not in api.params:
-        from agents.llm.client import missing_key_variables
-        from agents.secrets import NO_KEY_PLACEHOLDER
+    LLM client's rule for a server that needs no key (`retrievers.api_embed`; the retrieval
+    server gets the same)."""
+    from retrievers.api_embed import embedding_transport as transport_of
 
-        if any(missing_key_variables(m) for m in models):
-            transport["api_key"] = NO_KEY_PLACEHOLDER
-    return transport
+    return transport_of(config.retriever, config.timeout)
 
 
 def baseline_run(bm25: Retriever, queries: dict[str, str], depth: int) -> dict:
     return {q: bm25.search(SearchRequest(query=text), depth) for q, text in queries.items()}
 
 
-def _final_run(run: dict, task: Task, config: RunConfig) -> dict:
+def final_run(run: dict, task: Task, config: RunConfig) -> dict:
     """The run as it is scored and as run.trec holds it: padded when asked, then its top
     depth, so that metrics.json and eval.score on run.trec count the same documents."""
     depth = config.eval.depth
     if config.eval.pad:
         run = pad_run(run, list(task.corpus), depth)
     return run if depth is None else top_k(run, depth, config.eval.ties)
+
+
+_final_run = final_run  # its earlier name, which tests/test_one_number.py imports
 
 
 def _searches_per_query(records: dict) -> float:

@@ -20,6 +20,7 @@ from typing import Any
 from agents.config import RunConfig, default_run_name, from_dict
 from agents.generations import Generations
 from agents.graphs.context import AgentContext
+from agents.llm.embedded import is_local
 from agents.llm.prefix_cache import evaluation_settings
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext
@@ -129,7 +130,7 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
             config = dataclasses.replace(config, chat_template_sha256=templates[0])
         from agents import machine
 
-        embedded = any(model.startswith("local/") for model, _ in config.llm_targets())
+        embedded = any(is_local(model) for model, _ in config.llm_targets())
         described = machine.describe(embedded)
         if pools:  # how many llama.cpp instances serve each embedded model, and why
             described = {**described, "local_pool": {m: p.to_dict() for m, p in pools.items()}}
@@ -314,7 +315,7 @@ def local_pools(config: RunConfig, cache_dir: Path) -> dict[str, Any]:
     from agents.llm.local import pool_plan
 
     llm = config.llm
-    models = dict.fromkeys(m for m, _ in config.llm_targets() if m.startswith("local/"))
+    models = dict.fromkeys(m for m, _ in config.llm_targets() if is_local(m))
     return {m: pool_plan(m, cache_dir, llm.local_instances, llm.concurrency) for m in models}
 
 
@@ -395,8 +396,8 @@ def read_source_run(config: RunConfig) -> RunConfig:
     path = Path(config.source_run or "")
     try:
         source = from_dict(runs.read_config(path))
-    except FileNotFoundError:
-        raise RunError(f"{path}: not a run folder (no {runs.CONFIG_FILE})") from None
+    except runs.NotARunFolder as e:
+        raise RunError(str(e)) from None
     except (ValueError, TypeError) as e:
         raise RunError(f"{path / runs.CONFIG_FILE}: {e}") from None
     differ = [f for f in FIRST_STAGE_FIELDS if getattr(source, f) != getattr(config, f)]

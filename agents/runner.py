@@ -46,7 +46,9 @@ def ranking_of(record: Mapping[str, Any]) -> dict[str, float]:
     return {doc_id: score for doc_id, score in record["ranking"]}
 
 
-async def _run_one(graph: Any, query_id: str, query: str) -> dict:
+async def run_one(graph: Any, query_id: str, query: str) -> dict:
+    """One query through ``graph``: its record, as the run saves it (a query's own failure
+    is recorded in it; a fault of the run is raised)."""
     started = time.perf_counter()
     state: dict[str, Any] = {}
     error = None
@@ -117,7 +119,7 @@ async def run_queries(
                 if auth_errors:
                     return
                 try:
-                    record = await _run_one(graph, query_id, queries[query_id])
+                    record = await run_one(graph, query_id, queries[query_id])
                 except RUN_ERRORS as e:
                     auth_errors.append(e)
                     return

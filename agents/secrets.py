@@ -21,12 +21,10 @@ from __future__ import annotations
 import os
 import re
 
+from eval.api_keys import NO_KEY_PLACEHOLDER
 from eval.credentials import MASK, is_credential_name, mask_urls, public_url
 
 __all__ = ["MASK", "NO_KEY_PLACEHOLDER", "is_credential_name", "public_url", "redact"]
-# Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
-# request option only, like a real key: never in the cache key, params, repr or a record.
-NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
 _MIN_SECRET = 8  # shorter values ("1", "true") would mask ordinary words
 
 # The shell's, the desktop's and the ssh/gpg agents' own variables: ids, paths and sockets

@@ -60,6 +60,7 @@ from agents.config import (
 from agents.registry import AGENTS, STAGES
 from eval.datasets import default_cache_dir
 from eval.files import safe_name, writable_folder, write_json
+from eval.metrics import HEADLINE
 from eval.runs import CONFIG_FILE
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from prompts import prompt_family
@@ -553,7 +554,7 @@ def run_sweep(sweep: Sweep) -> int:
             comparison = compare_runs(
                 [runs_dir / n for n in names],
                 baseline=runs_dir / baseline if baseline else None,
-                metric=sweep.compare.get("metric", "NDCG@10"),
+                metric=sweep.compare.get("metric", HEADLINE),
                 test=sweep.compare.get("test", "fisher"),
                 cache_dir=sweep.cache_dir,
             )

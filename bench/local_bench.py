@@ -40,8 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from agents.llm import prefix_cache  # noqa: E402
+from agents.llm.embedded import local_name  # noqa: E402
 from agents.llm.local import SINGLE, generate, load_pool, model_file, pool_plan  # noqa: E402
 from agents.llm.prefix_cache import PrefixStore  # noqa: E402
+from eval.metrics import HEADLINE  # noqa: E402
 
 CONCURRENCY = 4  # the main job's default --concurrency
 TOPICS = ("insulin", "statins", "aspirin", "sepsis", "anemia", "asthma", "warfarin", "gout")
@@ -150,7 +152,7 @@ def main_job(model: str, plan, chunk: int, reuse: bool, folder: Path, extra: lis
 def print_main_jobs(model: str, plan, chunk: int, rate: dict[str, float], extra: list[str]):
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        model_file(model.removeprefix("local/"), folder / "cache")  # joined before timing
+        model_file(local_name(model), folder / "cache")  # joined before timing
         off = main_job(model, plan, chunk, False, folder, extra)
         on = main_job(model, plan, chunk, True, folder, extra)
     assert on["texts"].keys() == off["texts"].keys()
@@ -163,7 +165,7 @@ def print_main_jobs(model: str, plan, chunk: int, rate: dict[str, float], extra:
     ratio = off["seconds"] / on["seconds"]
     print(f"  main job, chunk {chunk}, {plan.instances} instance(s): reuse off "
           f"{off['seconds']:.1f} s, on {on['seconds']:.1f} s: {ratio:.2f}x; outputs identical "
-          f"(asserted); nDCG@10 {on['metrics']['NDCG@10']:.5f}, "
+          f"(asserted); nDCG@10 {on['metrics'][HEADLINE]:.5f}, "
           f"{on['usage']['calls']} calls")  # fmt: skip
     print(f"  prompt tokens, chunk {chunk}: sent {sent:,}, evaluated {evaluated:,} "
           f"({on['restored'] / max(1, sent):.0%} restored); floor {floor:.1f} s ({evaluated:,} / "
@@ -193,7 +195,7 @@ def main() -> None:
     if plan.instances < 2:  # a 1-core or small machine: still compare against two
         plan = pool_plan(model, requested=2, concurrency=args.calls)
     n = plan.instances
-    print(f"{model.removeprefix('local/')}: 1 vs {n} instances ({plan.reason}; "
+    print(f"{local_name(model)}: 1 vs {n} instances ({plan.reason}; "
           f"{plan.n_threads} generation, {plan.n_threads_batch} prompt thread(s) each; "
           f"chunk {prefix_cache.CHUNK})")  # fmt: skip
     rate = speeds(model, plan, args)

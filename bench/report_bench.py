@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.datasets import R2MED_TASKS, load_folder, task_fingerprint  # noqa: E402
 from eval.evaluate import evaluate  # noqa: E402
+from eval.metrics import HEADLINE  # noqa: E402
 from eval.report import leaderboard_markdown  # noqa: E402
 from eval.runs import (  # noqa: E402
     record_line,
@@ -306,7 +307,7 @@ def make_runs(root: Path, size: Size, docs: int, seed: int = 0) -> tuple[list[Pa
             }  # fmt: skip
             write_task_summary(task_dir, summary)
             summaries[task.name] = summary
-            means[task.name] = evaluation.mean["NDCG@10"]
+            means[task.name] = evaluation.mean[HEADLINE]
         write_run_summary(run_dir, summaries)
         names = [t.name for t in tasks]
         write_leaderboard(run_dir, leaderboard_markdown({f"run-{index}": means}, names))

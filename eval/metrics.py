@@ -14,6 +14,7 @@ from collections.abc import Iterable
 CUT_FAMILIES: tuple[str, ...] = ("NDCG", "MAP", "Recall", "P")
 FAMILIES: tuple[str, ...] = (*CUT_FAMILIES, "MRR")
 DEFAULT_K_VALUES: tuple[int, ...] = (1, 10, 25, 50, 100)
+HEADLINE = "NDCG@10"  # R2MED's headline metric: reported first, compared by default
 
 _NAME = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
 

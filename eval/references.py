@@ -94,7 +94,7 @@ from urllib.parse import quote
 
 from eval.cli import command
 from eval.datasets import R2MED_TASKS, r2med_task_name
-from eval.metrics import FAMILIES, parse_metric, parse_metrics
+from eval.metrics import FAMILIES, HEADLINE, parse_metric, parse_metrics
 
 DATA_DIR = Path(__file__).resolve().parent / "references"
 DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
@@ -105,8 +105,8 @@ SHOWN_TABLES = (*TABLES, AUTHORS_TABLE)  # the order the sources are shown in
 REPOSITORY = "https://github.com/R2MED/R2MED"
 LEADERBOARD_PAGE = "https://r2med.github.io"
 LEADERBOARD_SOURCE = "R2MED leaderboard, r2med.github.io"
-SHOWN_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "P@10", "MRR")
-LEADERBOARD_METRIC = "NDCG@10"  # the one metric the page publishes
+SHOWN_METRICS = (HEADLINE, "MAP@10", "Recall@10", "P@10", "MRR")
+LEADERBOARD_METRIC = HEADLINE  # the one metric the page publishes
 
 # what kind of source a table is, and how its rows are labelled
 REPOSITORY_KIND, LEADERBOARD_KIND, AUTHORS_KIND = "repository", "leaderboard", "authors"
@@ -211,14 +211,14 @@ class Reference:
         """A figure of this row as its source wrote it: 0.19188, or 0.3401 for the page's 34.01."""
         return f"{value:.{self.decimals}f}"
 
-    def figure(self, task: str, metric: str = "NDCG@10") -> float | None:
+    def figure(self, task: str, metric: str = HEADLINE) -> float | None:
         """The row's ``metric`` on ``task`` (any spelling of an R2MED task name), else None."""
         canonical = r2med_task_name(task)
         if canonical is None:
             return None
         return self.tasks.get(canonical, {}).get(metric)
 
-    def average(self, metric: str = "NDCG@10", tasks: Iterable[str] | None = None) -> float:
+    def average(self, metric: str = HEADLINE, tasks: Iterable[str] | None = None) -> float:
         """Mean of ``metric`` over ``tasks`` (default: all the row's tasks), as a fraction:
         ×100 over the 8 tasks is the paper's Avg (a leaderboard row's: the page's own).
         ValueError when a task lacks the figure."""
@@ -1002,7 +1002,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     lb.add_argument("-o", "--out", type=Path, default=None, help="default: print it")
     ls = sub.add_parser("list", help="every row with each source's average over the 8 tasks")
     ls.add_argument("--method", default=None, help="base, reranker, hyde, query2doc, ...")
-    ls.add_argument("--metric", default="NDCG@10", help="default: %(default)s")
+    ls.add_argument("--metric", default=HEADLINE, help="default: %(default)s")
     ls.add_argument(
         "--table", default=None, help=f"one source, {', '.join(SHOWN_TABLES)}; default: all"
     )

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from eval.evaluate import Evaluation
 from eval.files import write_json, write_text
-from eval.metrics import parse_metric
+from eval.metrics import HEADLINE, parse_metric
 from eval.runs import per_query_text
 
 PathLike = str | os.PathLike[str]
@@ -40,7 +40,7 @@ def order_tasks(tasks: Sequence[str]) -> list[str]:
 def leaderboard_markdown(
     rows: Mapping[str, Mapping[str, float]],
     tasks: Sequence[str],
-    metric: str = "NDCG@10",
+    metric: str = HEADLINE,
 ) -> str:
     """A markdown table: one row per run, one column per task, then Avg; values ×100.
 

@@ -168,13 +168,20 @@ def record_line(record: Mapping[str, Any]) -> str:
 # ---- the run: config, summary, leaderboard --------------------------------------------------
 
 
+class NotARunFolder(FileNotFoundError):
+    """A folder without ``config.json``; its message is the one line every command gives."""
+
+
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's ``config.json``.
 
-    FileNotFoundError when there is none (not a run folder, or a new one); a one-line
-    ValueError naming the file when it cannot be read or is not a JSON object.
+    NotARunFolder (a FileNotFoundError) when there is none (not a run folder, or a new one);
+    a one-line ValueError naming the file when it cannot be read or is not a JSON object.
     """
-    return _read_object(Path(run_dir) / CONFIG_FILE)
+    try:
+        return _read_object(Path(run_dir) / CONFIG_FILE)
+    except FileNotFoundError:
+        raise NotARunFolder(f"{run_dir}: not a run folder (no {CONFIG_FILE})") from None
 
 
 def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
@@ -397,9 +404,7 @@ class RunQrels:
             if config is None:
                 try:
                     config = read_config(run_dir)
-                except FileNotFoundError:
-                    raise QrelsError(f"{run_dir}: not a run folder (no config.json)") from None
-                except ValueError as e:
+                except (NotARunFolder, ValueError) as e:  # one line naming the folder or file
                     raise QrelsError(str(e)) from None
             spec = config.get("dataset")
         if not spec or not isinstance(spec, str):

@@ -25,10 +25,10 @@ from pathlib import Path
 from eval.cli import command
 from eval.datasets import DataError, load_folder, read_qrels
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
-from eval.metrics import k_values_of, parse_metrics
+from eval.metrics import HEADLINE, k_values_of, parse_metrics
 from eval.trec import read_run
 
-DEFAULT_METRICS = ("NDCG@10", "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
+DEFAULT_METRICS = (HEADLINE, "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

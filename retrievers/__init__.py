@@ -1,8 +1,15 @@
 """Retrievers over a task corpus: BM25 variants, dense and API embedders, and their fusion.
 
-Public surface (import from the modules; this file imports nothing, so importing the package
-costs nothing and torch / sentence-transformers / litellm / ranx load only when the retriever
-that needs them is built or searched):
+The package exports `RetrieverConfig`, `build_retriever` and `SearchRequest`, loaded on first
+use (PEP 562), so importing the package costs nothing and torch / sentence-transformers /
+litellm / ranx load only when the retriever that needs them is built or searched:
+
+    from retrievers import RetrieverConfig, SearchRequest, build_retriever
+
+    bm25 = build_retriever(RetrieverConfig(spec="bm25"), task, cache_dir)
+    bm25.search(SearchRequest(query="why do fingers wrinkle"), 10)  # doc id -> score
+
+The modules:
 
 * ``retrievers.search``: `build_retriever(config, task, cache_dir)`, and, re-exported for
   callers, `SearchRequest`, `Retriever`, `RetrieverConfig`, `RETRIEVERS`.
@@ -20,3 +27,29 @@ Adding a kind of retriever: its module, a spec form in ``config.RETRIEVERS`` and
 ``config.parse_spec``, a sub-config if it has settings, and one branch in
 ``search._build_one``.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from eval.lazy import lazy_exports
+
+# public name -> (module, its name there)
+_EXPORTS = {
+    "RetrieverConfig": ("retrievers.config", "RetrieverConfig"),
+    "build_retriever": ("retrievers.search", "build_retriever"),
+    "SearchRequest": ("retrievers.base", "SearchRequest"),
+}
+__all__ = [  # the names, as tools read them; _EXPORTS says where each is
+    "RetrieverConfig",
+    "build_retriever",
+    "SearchRequest",
+]
+
+if TYPE_CHECKING:
+    from retrievers.base import SearchRequest
+    from retrievers.config import RetrieverConfig
+    from retrievers.search import build_retriever
+
+
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)

@@ -34,19 +34,17 @@ from typing import Any
 
 import numpy as np
 
+from eval.api_keys import placeholder_key
 from eval.credentials import public_url
+from eval.retry import DEFAULT_TIMEOUT_S, EMBED_ATTEMPTS, EMBED_BACKOFF, retrying
 
-from .config import API_BATCH_SIZE
+from .config import API_BATCH_SIZE, RetrieverConfig
 from .dense import DenseIndex, build_index
 from .encoders import Encoder
 from .families import Family, family_for, family_instructions
 
 # Params that change how a request travels, never the vectors that come back.
 TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_headers"})
-DEFAULT_TIMEOUT_S = 600.0
-# Exponential backoff between attempts, in seconds (read at each wait; tests set both to 0)
-RETRY_MIN_WAIT_S = 1.0
-RETRY_MAX_WAIT_S = 60.0
 
 
 class EmbeddingUnavailable(ValueError):
@@ -64,7 +62,7 @@ def _litellm():
 def api_encoder(
     model: str,
     batch_size: int = API_BATCH_SIZE,
-    max_attempts: int = 6,
+    max_attempts: int = EMBED_ATTEMPTS,
     api_base: str | None = None,
     params: Mapping[str, Any] | None = None,
     transport: Mapping[str, Any] | None = None,
@@ -72,10 +70,8 @@ def api_encoder(
 ) -> Encoder:
     """``(texts, instruction, role) -> L2-normalised float32 rows`` via ``litellm.embedding``,
     in batches; ``family`` (openai, voyage) prepares texts as R2MED's code does."""
-    # litellm takes ~3 s to import and tenacity is only needed here: a run that builds no
-    # API embedder (or only reads this module's defaults) pays for neither.
-    from tenacity import retry, retry_if_exception_type, stop_after_attempt, wait_exponential
-
+    # litellm takes ~3 s to import: a run that builds no API embedder (or only reads this
+    # module's defaults) does not pay for it.
     litellm = _litellm()
     retryable = (
         litellm.RateLimitError,
@@ -89,16 +85,10 @@ def api_encoder(
     if api_base is not None:
         embed_kwargs["api_base"] = api_base
 
-    def wait(state: Any) -> float:
-        return wait_exponential(multiplier=1, min=RETRY_MIN_WAIT_S, max=RETRY_MAX_WAIT_S)(state)
-
-    @retry(
-        retry=retry_if_exception_type(retryable),
-        wait=wait,
-        stop=stop_after_attempt(max_attempts),
-        reraise=True,
-    )
     def embed_batch(batch: list[str], role_kwargs: dict[str, Any]) -> list[list[float]]:
+        return retrying(EMBED_BACKOFF, max_attempts, retryable)(embed_once, batch, role_kwargs)
+
+    def embed_once(batch: list[str], role_kwargs: dict[str, Any]) -> list[list[float]]:
         response = litellm.embedding(model=model, input=batch, **role_kwargs, **embed_kwargs)
         data = sorted(response.data, key=lambda e: e["index"])  # order is not guaranteed
         if len(data) != len(batch):
@@ -251,3 +241,11 @@ def build_api_dense(
         progress,
         ignore_identical_ids=ignore_identical_ids,
     )
+
+
+def embedding_transport(config: RetrieverConfig, timeout: float) -> dict[str, Any]:
+    """What every embedding API call of ``config``'s retriever gets beside its parameters:
+    ``timeout``, and the LLM client's rule for a server that needs no key (a placeholder key
+    when the provider's key variable is unset and ``api.api_base`` names a server)."""
+    models = [p.arg for p in config.parts if p.kind == "api"]
+    return {"timeout": timeout, **placeholder_key(models, config.api.api_base, config.api.params)}

@@ -7,7 +7,9 @@ file gives them, and are stored as numbers. `RetrieverConfig.to_dict` gives plai
 and `RetrieverConfig.from_dict` takes it back, refusing unknown keys by name, so a
 configuration written to ``config.json`` loads as the same object.
 
-Each field's ``metadata["help"]`` is one line for a CLI to show; `RETRIEVERS` describes the
+Each field's ``metadata["help"]`` is one line for a CLI to show; a field that is a flag also
+names it and says how the flag reads a value (``_flag``; `retrievers.flags` builds the flags
+from them, for ``agents.run`` and ``retrievers.serve`` alike). `RETRIEVERS` describes the
 forms a spec can take.
 
 This module is also where the settings' vocabulary lives (BM25 methods and their default
@@ -102,6 +104,8 @@ RETRIEVERS: dict[str, str] = {
 
 # Where a server's token goes instead of a remote:<url> (a URL is written and names the run)
 SERVE_TOKEN_VARIABLE = "R2MED_SERVE_TOKEN"
+# The longest query text a retrieval server takes (--max-query-chars; its MCP tools too)
+MAX_QUERY_CHARS = 50_000
 # Set by the retriever itself, or by their own field.
 _RESERVED_PARAMS = {
     "model": "set by the spec (api:<model>)",
@@ -121,6 +125,13 @@ def is_device(device: object) -> bool:
 
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
+
+
+def _flag(key: str, text: str, **how: Any) -> dict[str, Any]:
+    """A field's metadata when it is a flag too: ``--<key>`` (`retrievers.flags`), its help,
+    and how the flag reads a value (`eval.flags.Setting`'s type, choices, metavar, switch,
+    many); a flag without a type is checked when the config is built."""
+    return {"help": text, "flag": key, "flag_how": how}
 
 
 def _fail(where: str, problem: str) -> ValueError:
@@ -153,13 +164,19 @@ class BM25Config:
 
     method: str = field(
         default="bm25q",
-        metadata=_help(f"BM25 variant: {', '.join(BM25_METHODS)} (bm25q is R2MED's)"),
+        metadata=_flag(
+            "bm25_method",
+            "BM25 variant; bm25q is R2MED's (gensim LuceneBM25Model on docs and query)",
+            choices=BM25_METHODS,
+        ),
     )
     k1: float | None = field(
-        default=None, metadata=_help("BM25 k1 >= 0 (default: the method's own)")
+        default=None,
+        metadata=_flag("k1", "BM25 k1 >= 0 (default: the method's)", type=non_negative_float),
     )
     b: float | None = field(
-        default=None, metadata=_help("BM25 b in [0, 1] (default: the method's)")
+        default=None,
+        metadata=_flag("b", "BM25 b in [0, 1] (default: the method's)", type=unit_float),
     )
 
     def __post_init__(self) -> None:
@@ -193,33 +210,59 @@ class DenseConfig:
 
     device: str = field(
         default="auto",
-        metadata=_help("torch device: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N, mps"),
+        metadata=_flag("device", "dense: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N, mps"),
     )
     dtype: str = field(
         default="auto",
-        metadata=_help(f"weights dtype: {', '.join(DTYPES)} (auto: the family's own)"),
+        metadata=_flag("dtype", f"dense: weights dtype: {', '.join(DTYPES)} (auto: the family's)"),
     )
     batch_size: int = field(
-        default=DENSE_BATCH_SIZE, metadata=_help("texts per forward pass when encoding")
+        default=DENSE_BATCH_SIZE,
+        metadata=_flag(
+            "batch_size", "dense: texts per forward pass when encoding", type=positive_int
+        ),
     )
     max_length: int | None = field(
-        default=None, metadata=_help("max tokens per text (default: the model's own)")
+        default=None,
+        metadata=_flag(
+            "max_length",
+            "dense: max tokens per text (default: the family's, else the model's own)",
+            type=positive_int,
+        ),
     )
     instructions: str = field(
         default="r2med",
-        metadata=_help("instruction set: r2med (R2MED's per model and task) or none"),
+        metadata=_flag(
+            "instructions",
+            "dense: r2med (R2MED's query/doc instructions per model and task) or none",
+        ),
     )
     family: str = field(
         default="auto",
-        metadata=_help("encoder family: auto (from the model's name) or one of families.json"),
+        metadata=_flag(
+            "dense_family",
+            "dense: the model's family (loading, pooling, length, instructions): auto (from its "
+            "name, as R2MED names its retrievers) or one of retrievers/families.json",
+        ),
     )
     trust_remote_code: bool = field(
         default=False,
-        metadata=_help("let NV-Embed and GritLM run their repository's own code"),
+        metadata=_flag(
+            "trust_remote_code",
+            "dense: let models whose family runs their repository's own code load (NV-Embed, "
+            "GritLM); off unless given",
+            switch=True,
+        ),
     )
     ignore_identical_ids: bool = field(
         default=True,
-        metadata=_help("dense/api: never return the document whose id is the query's"),
+        metadata=_flag(
+            "ignore_identical_ids",
+            "dense/api: never return the document whose id is the query's (R2MED's dense "
+            "evaluation, BEIR's exact search): true or false",
+            type=boolean,
+            metavar="{true,false}",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -283,14 +326,25 @@ class ApiEmbedConfig:
     SECTION: ClassVar[str] = "api"
 
     api_base: str | None = field(
-        default=None, metadata=_help("embedding server URL (default: the provider's)")
+        default=None,
+        metadata=_flag(
+            "embed_api_base", "api: base URL of the embedding server (default: the provider's)"
+        ),
     )
-    batch_size: int = field(default=API_BATCH_SIZE, metadata=_help("texts per embedding request"))
+    batch_size: int = field(
+        default=API_BATCH_SIZE,
+        metadata=_flag("embed_batch_size", "api: texts per embedding request", type=positive_int),
+    )
     # hash=False: a dict cannot be hashed; equality still compares it.
     params: dict[str, Any] = field(
         default_factory=dict,
         hash=False,
-        metadata=_help('extra litellm embedding arguments, e.g. {"dimensions": 1024}'),
+        metadata=_flag(
+            "embed_option",
+            "api: an extra litellm embedding argument, e.g. dimensions=256",
+            many=True,
+            metavar="KEY=VALUE",
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -309,9 +363,15 @@ class FusionConfig:
 
     method: str = field(
         default="rrf",
-        metadata=_help(f"how a+b lists are fused: {', '.join(FUSION_METHODS)}"),
+        metadata=_flag(
+            "fusion", f"how '+' retrievers' lists are fused: {', '.join(FUSION_METHODS)}"
+        ),
     )
-    k: int = field(default=RRF_K, metadata=_help("RRF's k in 1 / (k + rank); rrf only"))
+    # the flag refuses 0, as it always has; a config or sweep file may give k = 0
+    k: int = field(
+        default=RRF_K,
+        metadata=_flag("fusion_k", "RRF's k in 1 / (k + rank); rrf only", type=positive_int),
+    )
     depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
 
     def __post_init__(self) -> None:
@@ -394,7 +454,9 @@ class RetrieverConfig:
 
     spec: str = field(
         default="bm25",
-        metadata=_help("bm25, dense, dense:<model or path>, api:<model>, or a+b+... fused"),
+        metadata=_flag(
+            "retriever", "bm25, dense[:model], api:<model>, remote:<url>, or a+b fusion"
+        ),
     )
     bm25: BM25Config = field(default_factory=BM25Config, metadata=_help("BM25 settings"))
     dense: DenseConfig = field(

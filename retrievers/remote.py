@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from eval.retry import REMOTE_ATTEMPTS as ATTEMPTS
+from eval.retry import REMOTE_BACKOFF, retrying
+
 from .base import SearchRequest
 
-ATTEMPTS = 4
-RETRY_MIN_WAIT_S = 0.5
-RETRY_MAX_WAIT_S = 8.0
-DEFAULT_TIMEOUT_S = 60.0
+# per attempt of /health and /search when the run gives none (not the run's --timeout)
+REMOTE_TIMEOUT_S = 60.0
 TOKEN_VARIABLE = "R2MED_SERVE_TOKEN"  # the server's bearer token, sent when set
 # what an index fingerprint is compared on, in /health and in every /search answer
 FINGERPRINT_KEYS = ("corpus", "retriever", "settings", "version")
@@ -111,12 +112,6 @@ def _client(timeout: float | None) -> Any:
 def _retrying(what: str, url: str, call: Any) -> Any:
     """``call()`` retried on connection errors, timeouts and 5xx/503 answers."""
     import httpx
-    from tenacity import (
-        Retrying,
-        retry_if_exception,
-        stop_after_attempt,
-        wait_exponential,
-    )
 
     def transient(e: BaseException) -> bool:
         if isinstance(e, httpx.HTTPStatusError):
@@ -125,14 +120,7 @@ def _retrying(what: str, url: str, call: Any) -> Any:
 
     shown = masked(url)
     try:
-        for attempt in Retrying(
-            stop=stop_after_attempt(ATTEMPTS),
-            wait=wait_exponential(min=RETRY_MIN_WAIT_S, max=RETRY_MAX_WAIT_S),
-            retry=retry_if_exception(transient),
-            reraise=True,
-        ):
-            with attempt:
-                return call()
+        return retrying(REMOTE_BACKOFF, ATTEMPTS, transient)(call)
     except httpx.HTTPStatusError as e:
         status = e.response.status_code
         if status in (401, 403):
@@ -186,7 +174,7 @@ def _json(response: Any, shown: str, what: str) -> Any:
         ) from None
 
 
-def health(base: str, timeout: float | None = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+def health(base: str, timeout: float | None = REMOTE_TIMEOUT_S) -> dict[str, Any]:
     """The server's ``/health``: its tasks' index fingerprints, retriever and version."""
     url = _url(base)
     with _client(timeout) as client:
@@ -205,7 +193,7 @@ def check_index(base: str, task: str, corpus: str, timeout: float | None = None)
     It runs before the run starts, so a server that is not there is one line too."""
     shown = f"remote:{masked(base)}"
     try:
-        info = health(base, timeout or DEFAULT_TIMEOUT_S)
+        info = health(base, timeout or REMOTE_TIMEOUT_S)
     except (RetrieverUnavailable, RemoteAnswerError) as e:
         raise RemoteRunError(str(e)) from None
     tasks = info.get("tasks") if isinstance(info, dict) else None
@@ -310,7 +298,7 @@ class RemoteRetriever:
 
     base: str
     task: str
-    timeout: float | None = DEFAULT_TIMEOUT_S
+    timeout: float | None = REMOTE_TIMEOUT_S
     name: str = "remote"
     expected: dict[str, Any] | None = None
     documents: frozenset[str] | None = None

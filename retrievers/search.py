@@ -146,7 +146,7 @@ def build_api_member(part, config, task, cache_dir, progress, device, transport=
 def build_remote_member(
     part, config, task, cache_dir, progress, device, transport=None
 ) -> Retriever:
-    from .remote import DEFAULT_TIMEOUT_S, RemoteRetriever
+    from .remote import REMOTE_TIMEOUT_S, RemoteRetriever
 
-    timeout = (transport or {}).get("timeout", DEFAULT_TIMEOUT_S)
+    timeout = (transport or {}).get("timeout", REMOTE_TIMEOUT_S)
     return RemoteRetriever(part.arg, task.name, timeout=timeout, name=part.text)

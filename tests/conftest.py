@@ -1,5 +1,4 @@
 import atexit
-import json
 import os
 import shutil
 import sys
@@ -17,8 +16,7 @@ atexit.register(shutil.rmtree, SESSION_CACHE, ignore_errors=True)
 
 import pytest  # noqa: E402 (after the environment every import below must see)
 
-REPO = Path(__file__).resolve().parents[1]
-SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+from tests.helpers import SCIFACT, SHARED_ABSENT, share_models, write_toy  # noqa: E402
 
 # --- CI strictness -----------------------------------------------------------------------------
 # Under CI=true (.ci/run exports it) a test that skips FAILS, naming what it skipped for: in CI a
@@ -28,8 +26,7 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 # A clone with no shared data beside it still tests everything on the synthetic task; the SciFact
 # versions are extras, which .ci/run lets skip by exporting R2MED_SHARED_DATA=absent (and saying
-# so) only when the folder is not there.
-SHARED_ABSENT = "shared data absent, as .ci/run reported"
+# so) only when the folder is not there (SHARED_ABSENT starts the skip's reason).
 NOT_MISSING = ("llama.cpp's instruction set is pinned for x86-64 builds", SHARED_ABSENT)
 
 
@@ -61,27 +58,11 @@ def pytest_make_collect_report(collector):
     return report
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "scifact: runs on the shared SciFact folder (an extra beside the synthetic task)"
-    )
-
-
-def share_models(cache_dir: Path) -> Path:
-    """``cache_dir`` with the session's joined embedded models hard-linked into its ``models/``
-    (the file and its stamp): a test that needs a cache of its own does not join them again."""
-    from agents.llm.local import LOCAL_MODELS, model_file, stamp_path
-
-    models = Path(cache_dir) / "models"
-    models.mkdir(parents=True, exist_ok=True)
-    for name, model in LOCAL_MODELS.items():
-        if len(model.parts) < 2:  # shipped whole: read where it is installed
-            continue
-        joined = model_file(name, SESSION_CACHE)
-        for path in (joined, stamp_path(joined)):
-            if not (models / path.name).exists():
-                os.link(path, models / path.name)
-    return Path(cache_dir)
+@pytest.fixture
+def models_cache(tmp_path: Path) -> Path:
+    """A cache folder of the test's own (``tmp_path / "cache"``) with the session's joined
+    embedded models hard-linked into its ``models/``: they are not joined again."""
+    return share_models(tmp_path / "cache", SESSION_CACHE)
 
 
 @pytest.fixture(autouse=True)
@@ -97,16 +78,10 @@ def restore_litellm_providers():
 
 @pytest.fixture(autouse=True)
 def no_retry_waits(monkeypatch):
-    """Retries keep their count and order in tests, but never sleep."""
-    import agents.llm.client
-    import retrievers.api_embed
-    import retrievers.remote
+    """Retries keep their count and order in tests, but never back off (eval.retry)."""
+    import eval.retry
 
-    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0.0)
-    monkeypatch.setattr(retrievers.api_embed, "RETRY_MIN_WAIT_S", 0.0)
-    monkeypatch.setattr(retrievers.api_embed, "RETRY_MAX_WAIT_S", 0.0)
-    monkeypatch.setattr(retrievers.remote, "RETRY_MIN_WAIT_S", 0.0)
-    monkeypatch.setattr(retrievers.remote, "RETRY_MAX_WAIT_S", 0.0)
+    monkeypatch.setattr(eval.retry, "BACKOFF", False)
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +127,8 @@ def bm25_runs(tmp_path_factory):
 
 
 @pytest.fixture(
-    scope="session", params=["synthetic", pytest.param("scifact", marks=pytest.mark.scifact)]
+    scope="session",
+    params=["synthetic", pytest.param("scifact", marks=[pytest.mark.scifact, pytest.mark.slow])],
 )
 def task_dir(request) -> Path:
     """A BEIR folder: the synthetic task, and SciFact as an extra where the shared data is."""
@@ -191,33 +167,7 @@ def lucene_analyzer():
     return lambda text: list(analyzer.analyze(text))
 
 
-DOCS = {
-    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
-    "d2": "Metformin lowers hepatic glucose production in diabetes.",
-    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
-    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
-    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
-}
-QUERIES = {
-    "q1": "Which drug lowers glucose production by the liver in diabetes?",
-    "q2": "How does aspirin act on platelets?",
-    "q3": "What lowers cholesterol?",
-}
-QRELS = [("q1", "d2", 1), ("q2", "d3", 2), ("q3", "d4", 1)]
-
-
 @pytest.fixture
 def toy_dir(tmp_path: Path) -> Path:
     """A five-document task in R2MED layout where each query has one clearly relevant doc."""
-    folder = tmp_path / "toy"
-    folder.mkdir()
-    with open(folder / "corpus.jsonl", "w") as f:
-        for i, t in DOCS.items():
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
-    with open(folder / "query.jsonl", "w") as f:
-        for i, t in QUERIES.items():
-            f.write(json.dumps({"id": i, "text": t}) + "\n")
-    with open(folder / "qrels.jsonl", "w") as f:
-        for q, d, s in QRELS:
-            f.write(json.dumps({"q_id": q, "p_id": d, "score": s}) + "\n")
-    return folder
+    return write_toy(tmp_path / "toy")

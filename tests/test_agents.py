@@ -36,6 +36,7 @@ def run(toy: dict, agent: str, *extra: str) -> int:
     ])  # fmt: skip
 
 
+@pytest.mark.slow
 def test_hyde_searches_bm25_with_the_passage_alone(toy):
     provider = scripted.install(lambda messages, params: PASSAGE)
     assert run(toy, "hyde") == 0
@@ -111,6 +112,7 @@ def test_second_identical_run_makes_no_llm_call_and_gives_identical_metrics(toy)
     assert second["usage"]["cached_calls"] == 3
 
 
+@pytest.mark.slow
 def test_agents_work_with_every_retriever_kind(toy):
     scripted.install(lambda messages, params: PASSAGE)
     for retriever in ("dense", "bm25+dense"):

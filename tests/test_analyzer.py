@@ -189,6 +189,7 @@ def test_matches_pyserini_on_the_synthetic_task(synthetic_dir, lucene_analyzer) 
 
 
 @pytest.mark.scifact
+@pytest.mark.slow
 def test_matches_pyserini_on_scifact(scifact_dir, lucene_analyzer) -> None:
     """Both analyzers over all of SciFact (title + " " + text); about 3 s."""
     with open(scifact_dir / "corpus.jsonl", encoding="utf-8") as f:

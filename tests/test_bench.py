@@ -116,6 +116,7 @@ def test_expected_names_only_existing_scripts():
     assert set(EXPECTED) <= {p.name for p in SCRIPTS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_bench_smoke(script: Path, tmp_path: Path):
     env = {

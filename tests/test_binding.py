@@ -57,7 +57,7 @@ from eval import runs
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import DTYPES, FUSION_METHODS, INSTRUCTION_SETS
 from tests import tiny_models
-from tests.conftest import DOCS, QRELS, QUERIES
+from tests.helpers import DOCS, QRELS, QUERIES
 
 UNREACHABLE = "http://127.0.0.1:9/v1"  # never called: a refused run stops before any request
 
@@ -291,7 +291,7 @@ def _other_machine(ctx: Context) -> RunConfig:
 
 def _other_index(ctx: Context) -> RunConfig:
     """A retrieval server holding another index than the run was made with (what
-    tests/test_serve.py's remote runs record, served by a real server)."""
+    tests/test_retrieval_server.py's remote runs record, served by a real server)."""
     other = {"demo": {"remote:http://127.0.0.1:9": {"corpus": "another", "settings": "x"}}}
     ctx.monkeypatch.setattr(agents.plan, "remote_indexes", lambda config, plans: other)
     return ctx.scenario.config

@@ -288,6 +288,7 @@ def test_system_override_is_not_read_by_the_reason_agent(tmp_path, toy_dir, caps
     assert provider.calls == 0
 
 
+@pytest.mark.slow
 def test_baseline_is_the_same_setup_on_every_dataset(tmp_path, toy_dir, capsys, provider):
     # A baseline is one cell name, which holds one dataset; on the others the cell of the same
     # setup is the baseline, not silently the first cell.

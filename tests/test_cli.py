@@ -183,7 +183,13 @@ def python_m(module: str, argv: list[str], folder: Path) -> subprocess.Completed
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(ENTRIES))
+# these import the whole stack in their fresh process (seconds each): slow
+HEAVY_ENTRIES = ("agents.run", "agents.rerank", "agents.sweep")
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY_ENTRIES else n for n in ENTRIES]
+)
 def test_a_bad_input_is_one_line_and_exit_2_from_the_shell(name, tmp_path):
     argv, expected = BAD_INPUTS[name]
     done = python_m(name, argv, tmp_path)

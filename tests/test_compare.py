@@ -75,7 +75,9 @@ def scifact_runs(bm25_runs, scifact_dir: Path, tmp_path_factory) -> Runs:
     return _make_runs(bm25_runs, scifact_dir, tmp_path_factory.mktemp("compare-scifact"))
 
 
-@pytest.fixture(params=["synthetic", pytest.param("scifact", marks=pytest.mark.scifact)])
+@pytest.fixture(
+    params=["synthetic", pytest.param("scifact", marks=[pytest.mark.scifact, pytest.mark.slow])]
+)
 def runs_each(request) -> Runs:
     """The runs on the synthetic task, then on SciFact (an extra): for the tests of numbers."""
     return request.getfixturevalue("runs" if request.param == "synthetic" else "scifact_runs")
@@ -205,6 +207,7 @@ def test_p_values_equal_scipy_and_an_independent_randomization(runs, test):
     assert degraded < 1e-3 and lucene > degraded  # a real difference and a small one
 
 
+@pytest.mark.slow
 def test_ranx_scores_and_t_test_equal_ours(runs_each):
     runs, task = runs_each, runs_each.task
     qrels = ranx.Qrels(runs.qrels)
@@ -232,6 +235,7 @@ def test_ranx_scores_and_t_test_equal_ours(runs_each):
 # ---- files, costs, notes: on the synthetic task ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_writes_tables_and_valid_pngs(runs, tmp_path, capsys):
     task = runs.task
     out = tmp_path / "out"

@@ -100,6 +100,7 @@ def error_of(path: Path) -> str:
 
 
 @pytest.mark.scifact
+@pytest.mark.slow
 def test_scifact_loads_complete(scifact_dir: Path) -> None:
     task = load_folder(scifact_dir)
 

@@ -17,7 +17,7 @@ from agents.run import main
 from eval.runs import read_records
 from eval.usage import Usage
 from prompts import PromptBook
-from tests.conftest import DOCS, QUERIES
+from tests.helpers import DOCS, QUERIES
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # noqa: E402

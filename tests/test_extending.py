@@ -27,7 +27,6 @@ from agents.registry import AGENTS, AgentSpec
 from agents.run import main
 from eval.datasets import DEMO_DIR
 from eval.runs import read_records, records_path
-from tests.conftest import share_models
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "extending.md"
@@ -153,15 +152,16 @@ def test_the_keywords_agents_dry_run_bounds_its_calls(keywords_agent: str, tmp_p
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_the_docs_dry_run_prints_what_the_doc_shows(
-    keywords_agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    keywords_agent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, models_cache
 ):
     command, *shown = block("console title=dry-run output").splitlines()
     argv = command.removeprefix("$ python -m agents.run ").split()
     assert argv == ["--agent", "keywords", "--dry-run"]
     # the command as written: the default dataset, model and runs folder (./runs, here)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("R2MED_AGENTS_CACHE", str(share_models(tmp_path / "cache")))
+    monkeypatch.setenv("R2MED_AGENTS_CACHE", str(models_cache))
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines() == shown
     assert not (tmp_path / "runs").exists()  # a dry run writes no run folder

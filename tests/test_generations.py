@@ -29,7 +29,7 @@ from eval.datasets import R2MED_REVISIONS, DataError, load_folder
 from eval.runs import read_run_info, unpack_record
 from retrievers.base import SearchRequest
 from retrievers.search import RetrieverConfig, build_retriever
-from tests.conftest import DOCS, QRELS, QUERIES
+from tests.helpers import DOCS, QRELS, QUERIES
 
 LLM = "o3-mini"
 # each text points at another document than its query would find alone

@@ -126,6 +126,7 @@ def _elements(html: str) -> _Elements:
 # ---- the page -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_prints_the_page_and_write_comparison_returns_it(demo, tmp_path, capsys):
     out = tmp_path / "out"
     assert compare_main([str(demo["none"]), str(demo["o1"]), "--out", str(out)]) == 0
@@ -419,6 +420,7 @@ def test_task_bars_fit_the_axis_to_the_data_and_mark_the_reference():
     assert low.axes[0].get_ylim()[0] == 0 and "not 0" not in low.axes[0].get_ylabel()
 
 
+@pytest.mark.slow
 def test_cost_labels_stay_inside_the_axes_and_apart():
     points = {label: (1000.0 + 7 * i, 0.50 + 0.002 * (i % 3)) for i, label in enumerate(LABELS)}
     fig = cost_figure(points, "LLM tokens (in + out)", "Avg NDCG@10", reference=LABELS[0])

@@ -8,8 +8,10 @@ and never another module's private name (``from m import _x`` or ``m._x``):
 2. agents.llm and the plain parts the agents share (secrets, specs, generations, machine, ...)
 3. agents.graphs, agents.rerank - one module per agent or stage
 4. agents - the run: registry, typed config, naming, plan, pipeline, dry run
-5. the command lines: agents.cli, agents.run, agents.sweep, agents.trace, agents.rerank.__main__,
-   retrievers.serve.__main__ (which takes agents.run's dataset and retriever flags)
+5. the command lines: agents.cli, agents.run, agents.sweep, agents.trace, agents.rerank.__main__
+
+A command line of a lower package is on its package's floor: retrievers.serve.__main__ builds
+its flags from retrievers.flags, not agents.config.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ FLOORS = {  # the longest matching prefix decides
     "agents.sweep": 5,
     "agents.trace": 5,
     "agents.rerank.__main__": 5,
-    "retrievers.serve.__main__": 5,
 }
 
 

@@ -27,6 +27,7 @@ from litellm.types.utils import Choices, Message, ModelResponse
 from litellm.types.utils import Usage as LiteUsage
 
 import agents.llm.client as llm_module
+import eval.retry
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage, check_credentials
 from agents.runner import run_queries
@@ -72,7 +73,7 @@ def provider(monkeypatch):
         "custom_provider_map",
         [*entries, {"provider": "scripted", "custom_handler": handler}],
     )
-    monkeypatch.setattr(llm_module, "RETRY_MAX_WAIT_S", 0.0)
+    monkeypatch.setattr(eval.retry, "BACKOFF", False)
     return handler
 
 

@@ -51,6 +51,7 @@ def joined(tmp_path_factory):
     shutil.rmtree(cache)
 
 
+@pytest.mark.slow
 def test_qwen_parts_join_to_the_pinned_hash_and_are_reused(joined, capsys):
     cache, path = joined
     assert path == cache / "models" / LOCAL_MODELS[QWEN].filename
@@ -62,6 +63,7 @@ def test_qwen_parts_join_to_the_pinned_hash_and_are_reused(joined, capsys):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "overwrite"])
+@pytest.mark.slow
 def test_a_damaged_joined_file_is_rebuilt(joined, damage, capsys):
     cache, path = joined
     if damage == "truncate":
@@ -76,6 +78,7 @@ def test_a_damaged_joined_file_is_rebuilt(joined, damage, capsys):
     assert sha256_of(path) == LOCAL_MODELS[QWEN].sha256
 
 
+@pytest.mark.slow
 def test_a_wrong_hash_is_refused(tmp_path, monkeypatch):
     wrong = dataclasses.replace(LOCAL_MODELS[QWEN], sha256="0" * 64)
     monkeypatch.setitem(LOCAL_MODELS, QWEN, wrong)
@@ -225,7 +228,7 @@ def test_llama_cpp_is_built_for_the_pinned_instruction_set():
     import platform
     import re
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     flags = re.search(
         r'CMAKE_ARGS="\$\{CMAKE_ARGS:-\} ([^"]+)"', (REPO / ".ci/llama-build-flags").read_text()

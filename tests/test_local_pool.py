@@ -66,6 +66,7 @@ def test_a_requested_count_beyond_the_cores_or_the_calls_is_lowered_and_said(mac
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.slow
 def test_a_lowered_count_is_recorded_in_the_run_config(machine, tmp_path, capsys):
     machine(2, BIG)  # as on the 2-core machine where 64 were once started for 2 queries
     argv = ["--agent", "hyde", "--model", MODEL, "--limit", "2", "--max-tokens", "8",
@@ -102,6 +103,7 @@ PROMPTS = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_every_output_is_the_one_a_single_instance_gives():
     one = load_pool(MODEL, plan=SINGLE)
     two = load_pool(MODEL, plan=PoolPlan(2, 1, 1, "test"))
@@ -119,6 +121,7 @@ def test_every_output_is_the_one_a_single_instance_gives():
     assert len({text for text, _, _ in alone}) > 1  # the prompts do give different answers
 
 
+@pytest.mark.slow
 def test_a_run_with_two_instances_equals_one_with_one(tmp_path):
     def run(n: int) -> tuple[dict, dict, dict]:
         name = f"n{n}"

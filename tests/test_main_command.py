@@ -3,7 +3,7 @@
 The README's command uses the default model (qwen2.5-coder-0.5b); here the smaller embedded
 model keeps the test fast. Everything else is the zero-argument default: the bundled demo,
 BM25, search-o1's default limits. What it prints is parsed strictly and every figure checked
-against its source (tests/test_printed_figures.py): nDCG@10 against metrics.json and against
+against its source (tests/printed_report.py): nDCG@10 against metrics.json and against
 pytrec_eval on the saved run.trec, the BM25 figure against a BM25 run of the same queries, the
 usage against the saved records, the leaderboard against metrics.json.
 """
@@ -16,18 +16,21 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from agents.run import main
-from tests.conftest import share_models
-from tests.test_printed_figures import check_report, parse_report, read_qrels
+from tests.printed_report import check_report, parse_report, read_qrels
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "eval" / "demo"
 LIMIT = 3
 
+pytestmark = pytest.mark.slow  # a whole run of the embedded model in a fresh process
 
-def test_search_o1_runs_offline_on_the_demo_and_prints_ndcg(tmp_path: Path, capsys):
+
+def test_search_o1_runs_offline_on_the_demo_and_prints_ndcg(tmp_path: Path, capsys, models_cache):
     # a cache of its own, with the session's joined embedded models linked in, not joined again
-    cache = share_models(tmp_path / "cache")
+    cache = models_cache
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "R2MED_AGENTS_CACHE": str(cache)}
     args = ["--agent", "search-o1", "--model", "local/smollm2-135m", "--limit", str(LIMIT)]
     started = time.perf_counter()

@@ -17,7 +17,7 @@ from agents.pipeline import run
 from agents.registry import STAGES, StageSpec
 from agents.run import main
 from eval.runs import read_records
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 PASSAGE = "Statins inhibit HMG-CoA reductase and lower cholesterol."
 

@@ -90,6 +90,7 @@ def _last_logits(llm) -> np.ndarray:
     return np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),)).copy()
 
 
+@pytest.mark.slow
 def test_an_aligned_restore_gives_bitwise_the_logits_of_a_fresh_evaluation(monkeypatch):
     # Qwen2.5 (the main job's model) in the AVX2 build: an unaligned reuse evaluates a few
     # tokens as a batch of their own, with other kernels than the whole chunk a fresh
@@ -120,6 +121,7 @@ def test_an_aligned_restore_gives_bitwise_the_logits_of_a_fresh_evaluation(monke
     assert np.abs(after[shared] - fresh).max() > 1e-3  # unaligned: other floats
 
 
+@pytest.mark.slow
 def test_a_restored_state_in_another_instance_gives_the_same_tokens_and_logprobs(monkeypatch):
     monkeypatch.setattr(prefix_cache, "CHUNK", 16)
     pool = load_pool(QWEN, plan=PoolPlan(2, 1, 1, "test"))
@@ -170,6 +172,7 @@ def _run(tmp_path, name: str, *flags: str) -> dict[str, list]:
 
 
 @pytest.mark.parametrize("instances", ["1", "2"])
+@pytest.mark.slow
 def test_a_search_o1_run_with_reuse_equals_the_run_without_call_for_call(tmp_path, instances):
     off = _run(tmp_path, "off", "--local-prefix-reuse", "off", "--local-instances", instances)
     plans = [p for key, p in local._pools.items() if key[0] == "qwen2.5-coder-0.5b"]
@@ -182,6 +185,7 @@ def test_a_search_o1_run_with_reuse_equals_the_run_without_call_for_call(tmp_pat
     assert restored > 0  # the instructions, at least, were not evaluated again
 
 
+@pytest.mark.slow
 def test_the_setting_is_recorded_and_the_chunk_bound(tmp_path, capsys):
     argv = ["--agent", "hyde", "--model", SMOL, "--limit", "1", "--max-tokens", "8",
             "--local-prefix-reuse", "off", "--runs-dir", str(tmp_path), "--run-name", "r",
@@ -200,6 +204,7 @@ def test_the_setting_is_recorded_and_the_chunk_bound(tmp_path, capsys):
     assert "--local-prefix-reuse: expected on or off, got 'maybe'" in err[-1]
 
 
+@pytest.mark.slow
 def test_a_response_computed_in_other_chunks_is_not_taken_from_the_cache(tmp_path, monkeypatch):
     def hyde(name: str) -> dict:
         argv = ["--agent", "hyde", "--model", SMOL, "--limit", "1", "--max-tokens", "8",
@@ -214,6 +219,7 @@ def test_a_response_computed_in_other_chunks_is_not_taken_from_the_cache(tmp_pat
     assert hyde("c")["usage"]["cached_calls"] == 0
 
 
+@pytest.mark.slow
 def test_concurrent_calls_through_the_pool_keep_their_outputs(monkeypatch):
     pool = load_pool(SMOL, plan=PoolPlan(2, 1, 1, "test"))
     pool.prefixes = PrefixStore(64 << 20)

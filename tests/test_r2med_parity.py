@@ -134,6 +134,7 @@ def test_synthetic_parity(synthetic_dir, analyzer):
 
 @pytest.mark.scifact
 @pytest.mark.parametrize("analyzer", ["pyserini"], indirect=True)  # R2MED's own pipeline only
+@pytest.mark.slow
 def test_scifact_parity(scifact_dir, analyzer):
     task = load_folder(scifact_dir)
     result = compare(task.corpus, task.queries, task.qrels, analyzer)

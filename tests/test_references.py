@@ -53,7 +53,7 @@ from eval.references import (
     table_text,
 )
 from eval.references import main as references_main
-from tests.conftest import SHARED_ABSENT
+from tests.helpers import SHARED_ABSENT
 
 COMMIT = "62b7074600407f7776fbec6f55a4db96eb237ea4"  # R2MED's commit the shipped table is from
 SHIPPED_FILE = DATA_DIR / "r2med.json"
@@ -731,6 +731,7 @@ def _diff(value: float) -> str:
     return f"{value * 100:+.2f}"
 
 
+@pytest.mark.slow
 def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
     out = runs["root"] / "cmp"
     argv = [str(runs["bm25q"]), str(runs["lucene"]), "--out", str(out), "--no-plots",
@@ -802,6 +803,7 @@ def test_compare_sets_the_published_rows_beside_the_runs(runs, capsys):
     assert 'class="tag published"' in html and "tr.published" in html  # styled apart
 
 
+@pytest.mark.slow
 def test_compare_without_references_writes_what_it_wrote(runs, tmp_path):
     c = compare_runs([runs["bm25q"], runs["lucene"]])
     assert c.published == []

@@ -23,7 +23,7 @@ from pathlib import Path
 import litellm
 import pytest
 
-import agents.llm.client
+import eval.retry
 from agents.interrupt import MESSAGE
 from agents.llm import scripted
 from agents.run import main
@@ -39,7 +39,7 @@ import json, os, re, sys
 
 import litellm
 
-import agents.llm.client
+import eval.retry
 from agents.llm import scripted
 from agents.run import main
 
@@ -67,7 +67,7 @@ def make_respond(spec):
 
 if __name__ == "__main__":
     spec = json.loads(open(sys.argv[1]).read())
-    agents.llm.client.RETRY_MAX_WAIT_S = 0
+    eval.retry.BACKOFF = False
     scripted.install(make_respond(spec), spec.get("latency", 0.0))
     sys.exit(main(sys.argv[2:]))
 '''
@@ -160,6 +160,7 @@ def reference_run(driver, task: Path, tmp_path: Path) -> Path:
 # --- 1. crash and resume -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_without_repeating_answered_queries(driver, task, tmp_path):
     log = tmp_path / "calls.log"
     # --cache off: only the runner's own bookkeeping can spare the answered queries a new call
@@ -245,7 +246,7 @@ def flaky(respond, faults: Counter):
 
 
 def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
-    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0)
+    monkeypatch.setattr(eval.retry, "BACKOFF", False)
     ref = reference_run(driver, task, tmp_path)
     faults: Counter = Counter()
     scripted.install(flaky(driver.make_respond({"log": str(tmp_path / "calls.log")}), faults))
@@ -266,7 +267,7 @@ def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
 def test_permanent_faults_fail_their_queries_only_and_are_retried_alone(
     driver, task, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(agents.llm.client, "RETRY_MAX_WAIT_S", 0)
+    monkeypatch.setattr(eval.retry, "BACKOFF", False)
     log = tmp_path / "calls.log"
     broken = {
         "fail": {
@@ -300,6 +301,7 @@ def test_permanent_faults_fail_their_queries_only_and_are_retried_alone(
 # --- 5. cache safety ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_processes_sharing_one_cache_agree(driver, task, tmp_path):
     log = tmp_path / "calls.log"
     spec = {"log": str(log), "latency": 0.05}
@@ -326,6 +328,7 @@ def truncate(path: Path, fraction: float) -> None:
         f.truncate(int(path.stat().st_size * fraction))
 
 
+@pytest.mark.slow
 def test_truncated_cache_files_are_rebuilt(driver, task, tmp_path, caplog):
     cache = tmp_path / "cache"
     scripted.install(driver.make_respond({"log": str(tmp_path / "calls.log")}))
@@ -354,6 +357,7 @@ OPENAI_KEY = "sk-proj-FAKEopenaiKEY-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-api03-FAKEanthropicKEY-0123456789"
 
 
+@pytest.mark.slow
 def test_api_keys_reach_no_file_the_run_writes(driver, task, tmp_path):
     quoting = "Incorrect API key provided: {OPENAI_API_KEY} (anthropic: {ANTHROPIC_API_KEY})"
     spec = {
@@ -378,6 +382,7 @@ def test_api_keys_reach_no_file_the_run_writes(driver, task, tmp_path):
     assert leaks == []
 
 
+@pytest.mark.slow
 def test_a_rejected_key_stops_the_run_in_one_line(driver, task, tmp_path):
     quoting = "Incorrect API key provided: {OPENAI_API_KEY}"
     spec = {"log": str(tmp_path / "calls.log"), "fail": {"2": ["AuthenticationError", quoting]}}
@@ -411,6 +416,7 @@ runpy.run_module("agents.run", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_run_like_ctrl_c_with_exit_143(driver, task, tmp_path):
     """A SIGTERM (kill, a scheduler, a container stop) once ended a run with no line at all."""
     script = tmp_path / "as_module.py"

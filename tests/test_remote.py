@@ -26,7 +26,7 @@ from eval.datasets import load_folder, task_fingerprint
 from eval.runs import unpack_record
 from retrievers import remote
 from retrievers.base import SearchRequest
-from tests.conftest import QUERIES
+from tests.helpers import QUERIES
 
 TOKEN = "s3cret-serve-token-0123456789"
 RANKED = [("d2", 3.0), ("d3", 2.0), ("d4", 1.0)]

@@ -197,6 +197,7 @@ def open_detail(driver, task: str, query: str):
 # ---- the page ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_leaderboard_has_every_run_and_marks_the_baseline(page, report):
     table = page.find_element(By.CSS_SELECTOR, "section#leaderboard table")
     for label in report["labels"]:
@@ -210,6 +211,7 @@ def test_leaderboard_has_every_run_and_marks_the_baseline(page, report):
         assert svg.is_displayed() and svg.size["width"] > 100 and svg.size["height"] > 50
 
 
+@pytest.mark.slow
 def test_every_query_of_every_task_has_a_row_with_a_cell_per_run(page, report):
     options = page.find_elements(By.CSS_SELECTOR, "select#task-filter option")
     values = [o.get_attribute("value") for o in options]
@@ -223,6 +225,7 @@ def test_every_query_of_every_task_has_a_row_with_a_cell_per_run(page, report):
         assert set(r["cells"]) == set(report["labels"]), r
 
 
+@pytest.mark.slow
 def test_filter_by_task_then_all_again(page, report):
     select = Select(page.find_element(By.ID, "task-filter"))
     for task in report["tasks"]:
@@ -264,6 +267,7 @@ def _common_word(report) -> str:
     return max(usable, key=lambda w: len(_matching(report, w)))
 
 
+@pytest.mark.slow
 def test_filter_by_text_and_by_both(page, report):
     box = page.find_element(By.ID, "text-filter")
     word = _rare_word(report, "q02")  # a post, only in the demo task
@@ -308,6 +312,7 @@ def _run_header(headers: list, label: str):
     raise AssertionError(f"no sortable header for run {label!r}: {listing}")
 
 
+@pytest.mark.slow
 def test_clicking_a_run_header_sorts_the_rows_by_that_run(page, report):
     headers = page.find_elements(By.CSS_SELECTOR, "#query-table th[data-sort]")
     assert headers, "no th[data-sort] in #query-table"
@@ -348,6 +353,7 @@ def _relevant_in_top10(report, task: str) -> str:
 
 
 @pytest.mark.parametrize("task", ["demo", "demo-exam"])
+@pytest.mark.slow
 def test_clicking_a_query_shows_each_runs_trajectory_with_graded_documents(page, report, task):
     query = _relevant_in_top10(report, task)
     qrels = report["tasks"][task].qrels.get(query, {})
@@ -394,6 +400,7 @@ def _not_blank(path: Path) -> None:
     assert most / (width * height) < 0.95, f"one colour covers {most / (width * height):.1%}"
 
 
+@pytest.mark.slow
 def test_screenshots_are_not_blank(page, report, tmp_path):
     """The top of the page (leaderboard, charts) and an opened trajectory, saved as PNG."""
     top = tmp_path / "report-top.png"
@@ -406,6 +413,7 @@ def test_screenshots_are_not_blank(page, report, tmp_path):
     _not_blank(trajectory)
 
 
+@pytest.mark.slow
 def test_the_page_makes_no_network_request_and_logs_no_error(page, report):
     open_detail(page, "demo-exam", _relevant_in_top10(report, "demo-exam"))
     page.find_element(By.ID, "text-filter").send_keys("pain")

@@ -19,7 +19,7 @@ from agents.rerank import StageContext
 from agents.rerank.cross import CROSS, ScoreCache, build_stage, load_cross_encoder
 from agents.run import main
 from eval.runs import read_records
-from tests.conftest import DOCS, QUERIES
+from tests.helpers import DOCS, QUERIES
 
 FILLER = {f"x{i}": f"Filler passage number {i} about nothing medical." for i in range(7)}
 CORPUS = {**DOCS, **FILLER}

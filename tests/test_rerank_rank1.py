@@ -1,6 +1,6 @@
 """The `rank1` stage against Rank1's own code (github.com/orionw/rank1 at 30585c2, rank1.py):
 its prompt, its score, its forced completion; scripted and embedded models. Its forced path
-through a real llama.cpp server is in tests/test_server.py."""
+through a real llama.cpp server is in tests/test_llamacpp_server.py."""
 
 from __future__ import annotations
 
@@ -266,6 +266,7 @@ def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir, 
 # --- the embedded model -------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_embedded_model_forces_with_its_own_token_ids(tmp_path):
     """Real llama.cpp: a small model never closes </think> in 16 tokens, so every passage is
     forced; the forced token is " true" or " false" and the two alternatives are all it has."""

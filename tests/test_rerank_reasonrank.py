@@ -254,6 +254,7 @@ def test_a_run_reranks_with_reasonrank_and_counts_outcomes(tmp_path, toy_dir):
     }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_embedded_model_runs_the_stage(tmp_path, toy_dir):
     """Real llama.cpp replies: a small model writes no ReasonRank answer, and every window is
     still read (by the original's fallback) and counted; a rerun is the same, from the cache."""

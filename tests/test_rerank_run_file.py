@@ -365,6 +365,7 @@ def test_a_resume_over_a_changed_file_is_refused(tmp_path, task_dir, capsys, no_
     assert before == {p: p.read_bytes() for p in before}
 
 
+@pytest.mark.slow
 def test_a_sweep_takes_a_run_file_as_a_first_stage(tmp_path, task_dir, no_retriever):
     provider = scripted.install(Prompts())
     trec = write(tmp_path / "published" / "e5_top100.txt", GOOD)

@@ -182,8 +182,33 @@ def test_spec_forms():
 def test_every_field_has_one_line_of_help():
     for cls in ALL:
         for f in fields(cls):
-            text = f.metadata.get("help")
-            assert text and "\n" not in text and len(text) <= 80, (cls.__name__, f.name)
+            text = f.metadata.get("help")  # a flag's help too: argparse wraps it
+            assert text and "\n" not in text and len(text) <= 160, (cls.__name__, f.name)
+
+
+def test_the_retriever_flags_are_the_fields_own():
+    """agents.run and retrievers.serve take the same retriever flags, each built from its
+    field's metadata: one help text, one check, one default."""
+    import argparse
+
+    from agents.config import SETTINGS, add_arguments
+    from retrievers.flags import TASK_SETTINGS, add_retriever_arguments, retriever_settings
+
+    own = {**retriever_settings(), **TASK_SETTINGS}
+    assert {k: SETTINGS[k] for k in own} == own
+    assert [s.path for s in retriever_settings().values()] == [
+        f"retriever.{c.SECTION}.{f.name}" if c is not RetrieverConfig else f"retriever.{f.name}"
+        for c in (RetrieverConfig, *ALL[:-1])
+        for f in fields(c)
+        if "flag" in f.metadata
+    ]
+    run, serve = argparse.ArgumentParser(), argparse.ArgumentParser()
+    add_arguments(run, only=tuple(own))
+    add_retriever_arguments(serve)
+    shown = [
+        [(a.dest, a.help, a.type, a.choices, a.metavar) for a in p._actions] for p in (run, serve)
+    ]
+    assert shown[0] == shown[1]
 
 
 def test_choices_come_from_the_modules_that_implement_them():

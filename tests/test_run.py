@@ -97,6 +97,7 @@ def test_every_bm25_method_runs(env):
 
 
 @pytest.mark.scifact  # a published figure: SciFact's alone, none is made up for the synthetic task
+@pytest.mark.slow
 def test_scifact_bm25_reaches_beir_published_figure(scifact_dir, bm25_runs):
     """BEIR publishes BM25 nDCG@10 0.665 on SciFact; standard Lucene BM25 must reach it."""
     import pytrec_eval

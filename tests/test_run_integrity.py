@@ -21,7 +21,7 @@ from filelock import FileLock
 from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 PASSAGE = "Statins inhibit HMG-CoA reductase."
 
@@ -192,6 +192,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_two_processes_at_once_pay_once(env, tmp_path):
     driver, go = tmp_path / "driver.py", tmp_path / "go"
     driver.write_text(HELD_DRIVER)

@@ -79,6 +79,7 @@ def test_rrf_matches_a_hand_computation():
     assert list(rrf_fuse([run_a, run_b], k=2)["q"]) == ["d1", "d3"]
 
 
+@pytest.mark.slow
 def test_hybrid_fuses_member_lists_with_rrf():
     hybrid = HybridRetriever([Fixed(["a", "b", "c"]), Fixed(["c", "d"], name="other")], rrf_k=1)
     got = hybrid.search(SearchRequest("x"), k=3)
@@ -93,6 +94,7 @@ def test_hybrid_survives_a_member_with_no_results():
     assert list(hybrid.search(SearchRequest("q"))) == ["x", "y"]
 
 
+@pytest.mark.slow
 def test_factory_builds_hybrids_and_rejects_unknown_specs(tmp_path):
     hybrid = build_retriever(RetrieverConfig("bm25+dense"), tiny_task(), tmp_path, progress=False)
     assert isinstance(hybrid, HybridRetriever) and hybrid.name == "bm25+dense"
@@ -183,6 +185,7 @@ def test_dense_retriever_batches_requests_and_averages_expansions(tmp_path):
 DENSE_FLOOR = {"synthetic": 0.4, "scifact": 0.6}
 
 
+@pytest.mark.slow
 def test_dense_on_a_subset_finds_the_relevant_documents(task_dir, tmp_path):
     """Kept small: the relevant docs of 40 queries plus distractors, 150 docs (on the
     synthetic task, and on SciFact as an extra)."""

@@ -29,10 +29,10 @@ from agents.graphs.search_r1 import INVALID_ACTION, parse_action
 from agents.graphs.search_r1 import build_graph as build_r1
 from agents.llm import LLM, Completion, Usage, scripted
 from agents.registry import AGENTS
-from agents.run import main
 from eval.datasets import load_tasks
-from eval.runs import read_records
 from retrievers.search import RetrieverConfig, build_retriever
+from tests.helpers import nodes, records
+from tests.helpers import run_agent as run
 
 ASPIRIN = "How does aspirin act on platelets?"
 
@@ -40,22 +40,6 @@ ASPIRIN = "How does aspirin act on platelets?"
 @pytest.fixture
 def toy(tmp_path: Path, toy_dir: Path) -> dict:
     return {"data": toy_dir, "runs": tmp_path / "runs", "cache": tmp_path / "cache"}
-
-
-def run(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
-    return main([
-        "--agent", agent, "--dataset", str(toy["data"]), "--model", "scripted/test",
-        "--runs-dir", str(toy["runs"]), "--cache-dir", str(toy["cache"]),
-        "--run-name", name, "--quiet", "--concurrency", "1", *extra,
-    ])  # fmt: skip
-
-
-def records(toy: dict, name: str = "run") -> dict[str, dict]:
-    return read_records(toy["runs"] / name / "toy" / "queries.jsonl")
-
-
-def nodes(record: dict) -> list[str]:
-    return [s["node"] for s in record["steps"]]
 
 
 def turn(messages: list[dict]) -> int:

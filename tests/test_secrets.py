@@ -527,6 +527,7 @@ def test_an_error_quoting_urls_and_keys_is_recorded_and_shown_masked(
     assert plain_in_files(tmp_path, skip=(toy_dir,)) == []
 
 
+@pytest.mark.slow
 def test_a_sweep_writes_every_url_and_key_masked(
     tmp_path, toy_dir, embed_port, env_secrets, capsys, caplog
 ):
@@ -665,6 +666,44 @@ def test_one_credential_rule_serves_every_layer():
     assert agents.secrets.public_url is eval.credentials.public_url
     for module in (agents.secrets, agents.llm.client, retrievers.config):  # no regex of its own
         assert not [n for n in vars(module) if n.startswith(("_CREDENTIAL", "_USERINFO"))]
+
+
+# Whether a name holds a credential, as eval.credentials' rule intends: a credential's word
+# (KEY, TOKEN, SECRET, PASSWORD, AUTH) or a glued ending (GITHUBTOKEN, PGPASSWORD) does; a name
+# that only contains one (TOKENIZERS), describes one (API_KEY_FILE) or is a shell's does not.
+CREDENTIAL_NAMES = {
+    "OPENAI_API_KEY": True, "HF_TOKEN": True, "MY_SECRET": True, "DB_PASSWORD": True,
+    "AUTH": True, "X_API_KEY": True, "GITHUBTOKEN": True, "PGPASSWORD": True, "DB_PASS": True,
+    "PATH": False, "TOKENIZERS_PARALLELISM": False, "API_KEY_FILE": False, "EXIT_CODE": False,
+    "OPENAI_API_BASE": False, "OLDPWD": False, "SSH_ASKPASS": False,
+}  # fmt: skip
+
+
+def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatch):
+    """agents.secrets (masking), agents.llm.client (which missing variables are keys) and
+    retrievers.config (an embedding option named like a key) all answer as the one rule."""
+    import agents.llm.client
+    from eval.credentials import is_credential_name
+    from retrievers.config import ApiEmbedConfig
+
+    names = list(CREDENTIAL_NAMES)
+    assert {n: is_credential_name(n) for n in names} == CREDENTIAL_NAMES
+    value = "v-0123456789abcdef"
+    masked = {n: value not in redact(f"{n}={value}") for n in names}
+    assert masked == CREDENTIAL_NAMES
+
+    monkeypatch.setattr(litellm, "validate_environment", lambda model: {"missing_keys": names})
+    kept = agents.llm.client.missing_key_variables("openai/gpt-4o-mini")
+    assert kept == [n for n in names if CREDENTIAL_NAMES[n]]
+
+    def refused(name: str) -> bool:
+        try:
+            ApiEmbedConfig(params={name: "x"})
+        except ValueError as e:
+            return "looks like a credential" in str(e)
+        return False
+
+    assert {n: refused(n) for n in names} == CREDENTIAL_NAMES
 
 
 # fmt: off

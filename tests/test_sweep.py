@@ -39,6 +39,7 @@ max_tokens = 64
     return config
 
 
+@pytest.mark.slow
 def test_sweep_runs_each_cell_once_resumes_and_compares(tmp_path, toy_dir, capsys, caplog):
     provider = scripted.install(lambda messages, params: PASSAGE)
     config = write_config(tmp_path, toy_dir)

@@ -13,8 +13,7 @@ from agents.llm import scripted
 from agents.llm.scripted import Reply
 from agents.llm.tool_text import parse_tool_calls, text_messages
 from agents.trace import main as trace_main
-from tests.test_search_agents import nodes, records
-from tests.test_search_agents import run as run_agent
+from tests.helpers import nodes, records, run_agent
 
 
 @pytest.fixture
@@ -49,7 +48,7 @@ def scripted_plan(plan: list, calls: list | None = None):
 
 def only(query_id: str, plan: list, other: object = "I cannot help."):
     """A plan for one query (found by its text); every other query gets `other`."""
-    from tests.conftest import QUERIES
+    from tests.helpers import QUERIES
 
     def respond(messages: list[dict], params: dict):
         if QUERIES[query_id] not in messages[0]["content"]:

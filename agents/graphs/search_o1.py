@@ -68,6 +68,7 @@ from agents.graphs.search_loop import (
     transcript,
 )
 from agents.llm.dry import Reply, WorstCase
+from agents.llm.embedded import is_local
 from agents.llm.steps import llm_call, llm_step
 from agents.llm.text import answer_text
 from retrievers.base import SearchRequest
@@ -166,7 +167,7 @@ class Turn:
 def names_stop_strings(llm: Any) -> bool:
     """Whether the backend reports the stop string that ended a text (``stop_reason``): the
     embedded models (agents/llm/local.py) and vLLM do, and so does a dry run's worst case."""
-    return llm.dry is not None or llm.model.startswith("local/") or llm.server == "vllm"
+    return llm.dry is not None or is_local(llm.model) or llm.server == "vllm"
 
 
 def read_turn(

@@ -26,6 +26,8 @@ from eval.files import diskcache_folder
 
 log = logging.getLogger(__name__)
 
+CACHE_MODES = ("use", "refresh", "off")  # read and write; call again and write; neither
+
 # Request parameters that change how a call is made, not what it answers. `api_key` in
 # particular must never reach the disk, and the key is the only place a parameter could.
 NOT_IN_KEY = frozenset({"api_key", "timeout"})

@@ -31,7 +31,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import asyncio
 import dataclasses
-import email.utils
 import json
 import logging
 import time
@@ -41,15 +40,10 @@ from typing import Any
 
 import litellm
 from aiolimiter import AsyncLimiter
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from tenacity import RetryCallState
 
-from agents.llm.cache import LLMCache, cache_key
+from agents.llm.cache import CACHE_MODES, LLMCache, cache_key
+from agents.llm.embedded import is_local, local_name
 from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.prefix_cache import evaluation_settings
 from agents.llm.serving import (
@@ -65,6 +59,14 @@ from agents.llm.serving import (
 )
 from agents.llm.tool_text import ToolCall, parse_tool_calls, tool_names
 from agents.secrets import NO_KEY_PLACEHOLDER, is_credential_name, public_url
+from eval.api_keys import (
+    AMBIENT_CREDENTIALS,
+    is_custom_provider,
+    missing_key_variables,
+    provider_of,
+)
+from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, retrying
+from eval.retry import retry_after_seconds as retry_after_seconds  # the client's name too
 from eval.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,6 @@ if "LITELLM_LOG" not in os.environ:
     for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
         logging.getLogger(_name).setLevel(logging.WARNING)
 
-CACHE_MODES = ("use", "refresh", "off")
-
 # Transient failures worth waiting out. Everything else (bad request, auth, not found,
 # context window exceeded, ...) fails the same way on every attempt, so it propagates at once.
 # litellm reports a refused connection as InternalServerError.
@@ -96,11 +96,6 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-# Providers whose SDKs find credentials beyond environment variables (AWS config files and
-# instance roles, Azure AD and managed identities, Google ADC): an unset variable proves
-# nothing, and an api_key would switch them to another auth scheme.
-_AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "vertex_ai"})
-
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
 _MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
@@ -112,38 +107,10 @@ OPEN_SAMPLING = ("top_k", "repetition_penalty")  # open-model servers' own sampl
 ROUTED = "replicas"
 ROUTER_COOLDOWN_S = 30.0
 
-# Exponential backoff with full jitter, in seconds; tests set the maximum to 0.
-RETRY_WAIT_MULTIPLIER_S = 1.0
-RETRY_MAX_WAIT_S = 60.0
-RETRY_AFTER_MAX_S = 600.0  # a server's Retry-After is honoured up to this long
-DEFAULT_TIMEOUT_S = 600.0  # per attempt: a long reasoning answer, not a hung server
 _sleep = asyncio.sleep  # tenacity's sleep between attempts (tests record it)
 
 # litellm reports a refused connection as InternalServerError with one of these messages
 _NO_SERVER = ("Connection error", "Cannot connect to host", "Connection refused")
-
-
-def _is_custom(provider: str) -> bool:
-    return provider == "local" or any(
-        entry["provider"] == provider for entry in litellm.custom_provider_map
-    )
-
-
-def _provider(model: str) -> str | None:
-    try:
-        return litellm.get_llm_provider(model)[1]
-    except Exception:  # an unknown model; check_model reports it
-        return None
-
-
-def missing_key_variables(model: str) -> list[str]:
-    """The credential variables litellm says `model` needs and the environment lacks."""
-    provider = _provider(model)
-    if provider is None or _is_custom(provider) or provider in _AMBIENT_CREDENTIALS:
-        return []
-    missing = litellm.validate_environment(model=model)["missing_keys"]
-    # litellm also reports *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ...: not secrets
-    return [name for name in missing if is_credential_name(name)]
 
 
 def key_variables(model: str) -> list[str]:
@@ -154,8 +121,10 @@ def key_variables(model: str) -> list[str]:
     convention (e.g. HOSTED_VLLM_API_KEY).
     """
     missing = missing_key_variables(model)
-    provider = _provider(model)
-    if missing or provider is None or _is_custom(provider) or provider in _AMBIENT_CREDENTIALS:
+    provider = provider_of(model)
+    if missing or provider is None or is_custom_provider(provider):
+        return missing
+    if provider in AMBIENT_CREDENTIALS:
         return missing
     stem = provider.replace("_", "").upper()
     present = sorted(
@@ -309,7 +278,7 @@ class LLM:
     @property
     def renders_prompts(self) -> bool:
         """Whether prompts are rendered here (``--server llamacpp``: its completions path)."""
-        return self.server == "llamacpp" and not self.model.startswith("local/")
+        return self.server == "llamacpp" and not is_local(self.model)
 
     def prepare(self) -> None:
         """What must hold before the first call, checked now: a llama.cpp server without
@@ -407,7 +376,7 @@ class LLM:
                 if entry is not None:
                     return self._record(_from_entry(entry, time.perf_counter() - start))
 
-        if self.model.startswith("local/") and not self._local_ready:
+        if is_local(self.model) and not self._local_ready:
             # Imported here so that API-only setups never load the local model stack.
             from agents.llm.local import register_local_provider
 
@@ -436,10 +405,10 @@ class LLM:
         an approximation)."""
         if self.dry is not None:  # counts without joining a model file
             return self.dry.truncate(self.model, text, limit)
-        if self.model.startswith("local/"):
+        if is_local(self.model):
             from agents.llm.local import tokenizer
 
-            tok = tokenizer(self.model.removeprefix("local/"), self.cache_dir)
+            tok = tokenizer(local_name(self.model), self.cache_dir)
             ids = tok.tokenize(text)
             how = f"{self.model}'s own tokenizer"
             return (text if len(ids) <= limit else tok.detokenize(ids[:limit])), how
@@ -486,16 +455,16 @@ class LLM:
     async def _call_with_retries(
         self, messages: list[dict], stop: list[str] | None, request: dict, prompt: str | None
     ) -> Any:
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(1, self.max_retries)),
-            wait=_wait,
-            retry=retry_if_exception_type(RETRYABLE_ERRORS),
+        attempts = retrying(
+            LLM_BACKOFF,
+            self.max_retries,
+            RETRYABLE_ERRORS,
+            asynchronous=True,
             before_sleep=self._log_retry,
-            reraise=True,
             sleep=lambda seconds: _sleep(seconds),
         )
         kwargs = dict(request)
-        if not self.model.startswith("local/"):
+        if not is_local(self.model):
             # Turns off the OpenAI SDK's own retries (2 by default): tenacity is the only retry
             # layer, so `self.max_retries` means what it says. Custom providers would receive
             # it among their generation params, and the local one has no SDK to configure.
@@ -506,10 +475,10 @@ class LLM:
         if placeholder:
             kwargs["api_key"] = NO_KEY_PLACEHOLDER
         kwargs.pop("chat_template_sha256", None)
-        if self.timeout is not None and not self.model.startswith("local/"):
+        if self.timeout is not None and not is_local(self.model):
             kwargs.setdefault("timeout", self.timeout)
         try:
-            async for attempt in retrying:
+            async for attempt in attempts:
                 with attempt:
                     if self._limiter:
                         await self._limiter.acquire()
@@ -525,13 +494,13 @@ class LLM:
         except RETRYABLE_ERRORS as exc:
             # an in-process provider (local/, scripted/) has no server: litellm reports its
             # failures as connection errors, which are that query's
-            if not is_no_server(exc) or _is_custom(_provider(self.model) or ""):
+            if not is_no_server(exc) or is_custom_provider(provider_of(self.model) or ""):
                 raise
             raise LLMUnavailable(self._unavailable_message(exc)) from None
         raise AssertionError("unreachable: tenacity reraises the last error")
 
     def _unavailable_message(self, exc: BaseException) -> str:
-        where = public_url(self.api_base) or f"{_provider(self.model) or 'its provider'}'s API"
+        where = public_url(self.api_base) or f"{provider_of(self.model) or 'its provider'}'s API"
         tries = f"{max(1, self.max_retries)} attempts"
         if isinstance(exc, litellm.Timeout):
             why = f"no answer within {self.timeout:g} s in {tries}"
@@ -548,7 +517,7 @@ class LLM:
         one server or through the Router over the replicas."""
         urls = replicas(self.api_base)
         raw = kwargs.pop("raw_prompt", False)
-        if raw and _is_custom(_provider(self.model) or ""):
+        if raw and is_custom_provider(provider_of(self.model) or ""):
             # an in-process provider reads the one message as the prompt itself
             return await litellm.acompletion(
                 model=self.model, api_base=self.api_base, messages=messages, stop=stop,
@@ -621,34 +590,6 @@ def is_no_server(exc: BaseException) -> bool:
     if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
         return True
     return isinstance(exc, litellm.InternalServerError) and any(m in str(exc) for m in _NO_SERVER)
-
-
-def retry_after_seconds(exc: BaseException | None) -> float | None:
-    """The seconds a server's Retry-After header asks for (a number or an HTTP date), if any."""
-    headers = getattr(exc, "litellm_response_headers", None)
-    response = getattr(exc, "response", None)
-    if not headers and response is not None:
-        headers = getattr(response, "headers", None)
-    value = headers.get("retry-after") if headers else None
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(str(value))
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _wait(state: RetryCallState) -> float:
-    """Exponential backoff with full jitter, or the server's Retry-After when it says longer."""
-    backoff = wait_random_exponential(multiplier=RETRY_WAIT_MULTIPLIER_S, max=RETRY_MAX_WAIT_S)
-    seconds = backoff(state)
-    after = retry_after_seconds(state.outcome.exception() if state.outcome else None)
-    return seconds if after is None else max(seconds, min(after, RETRY_AFTER_MAX_S))
 
 
 def _check_reply(entry: dict, model: str, request: dict) -> None:
@@ -750,7 +691,7 @@ def _as_logprobs(entry: list | None) -> list[tuple[str, float, list[tuple[str, f
 
 def _cost(response: Any, requested_model: str) -> float | None:
     """USD for this response from litellm's cost map, or None if it cannot be priced."""
-    if requested_model.startswith("local/"):
+    if is_local(requested_model):
         # Local compute has no price in the map, and a local model's name could collide with
         # a priced API model's.
         return None

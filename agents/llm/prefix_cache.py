@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from agents.llm.embedded import is_local
+
 # Tokens per evaluation chunk of the embedded models (n_batch = n_ubatch). It decides the
 # floats: recorded in every run's binding and in every local response's cache key. Chosen by
 # measurement (docs/benchmarks.md, bench/local_bench.py --chunks).
@@ -162,4 +164,4 @@ def evaluation_settings(model: str) -> dict[str, int]:
     """What decides an embedded model's floats besides the request: recorded in a run's
     binding and part of its responses' cache keys (so no response computed with other chunks
     is reused)."""
-    return {"n_batch": CHUNK} if model.startswith("local/") else {}
+    return {"n_batch": CHUNK} if is_local(model) else {}

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.llm.embedded import LOCAL_PREFIX
+
 PRESETS = ("default", "paper")
 FAMILIES = ("api", "open", "reasoning-api")
 # the settings a user may give (LLMConfig's names) -> the parameter each overrides
@@ -307,7 +309,7 @@ class Sampling:
 def model_family(model: str, server: str) -> str:
     """``open``, ``reasoning-api`` or ``api`` (see the module docstring); ``server`` is the
     resolved server kind (agents.llm.serving.resolve_server)."""
-    if model.startswith(("local/", "hosted_vllm/", "scripted/")) or server in OPEN_SERVERS:
+    if model.startswith((LOCAL_PREFIX, "hosted_vllm/", "scripted/")) or server in OPEN_SERVERS:
         return "open"
     provider, _, name = model.partition("/")
     if provider in ("openai", "azure") and name and _litellm_reasoning(model):

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.llm.embedded import is_local
+
 SERVERS = ("auto", "openai", "vllm", "sglang", "llamacpp")
 ROUTINGS = ("simple-shuffle", "least-busy")  # litellm Router strategies over replicas
 CHAT_CONTINUING = frozenset({"vllm", "sglang"})  # continue on their chat endpoint, when asked
@@ -56,7 +58,7 @@ def resolve_server(server: str, model: str) -> str:
 
 def continues_turns(server: str, model: str) -> bool:
     """Whether the backend continues a trailing assistant message in the same turn."""
-    return model.startswith("local/") or resolve_server(server, model) in CONTINUING_SERVERS
+    return is_local(model) or resolve_server(server, model) in CONTINUING_SERVERS
 
 
 def replicas(api_base: str | None) -> list[str]:

@@ -20,6 +20,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from pathlib import Path
 from typing import Any
 
+from agents.llm.embedded import is_local, local_name
+
 Messages = list[dict[str, Any]]
 
 
@@ -141,7 +143,7 @@ class LocalCounter(Counter):
 
         from agents.llm.local import LOCAL_MODELS, Tokenizer
 
-        self.short = model.removeprefix("local/")
+        self.short = local_name(model)
         self.default_system = LOCAL_MODELS[self.short].default_system
         self.context = LOCAL_MODELS[self.short].n_ctx
         # the vocabulary alone; llama.cpp warns on stderr that it has no context size
@@ -183,11 +185,11 @@ class LocalCounter(Counter):
 
 def counter(model: str, cache_dir: Path) -> Counter:
     """The most exact counter available for ``model`` without writing a file."""
-    if not model.startswith("local/"):
+    if not is_local(model):
         return LiteLLMCounter(model)
     from agents.llm.local import LOCAL_MODELS, readable_model_file
 
-    info = LOCAL_MODELS.get(model.removeprefix("local/"))
+    info = LOCAL_MODELS.get(local_name(model))
     why = "its file is not joined yet (the first run joins it)"
     path = readable_model_file(model, cache_dir)
     if path is not None:
@@ -237,7 +239,7 @@ def api_context(model: str) -> int | None:
 def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
     """USD for these tokens from litellm's local price map; None for local or unknown models
     (the client's rule: a local model's name could match a priced one)."""
-    if model.startswith("local/"):
+    if is_local(model):
         return None
     import litellm
 

@@ -45,7 +45,7 @@ from agents.config import (
 )
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
-from eval.runs import read_config
+from eval.runs import NotARunFolder, read_config
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 
 # the flags of agents.run that a rerank of a finished run may set
@@ -116,8 +116,8 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
         )
     try:
         source = from_dict(read_config(source_dir))
-    except FileNotFoundError:
-        raise ConfigError(f"{source_dir}: not a run folder (no config.json)") from None
+    except NotARunFolder as e:
+        raise ConfigError(str(e)) from None
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{source_dir / 'config.json'}: {e}") from None
     wide = {STAGE_WIDE[k]: v for k, v in settings.items() if k in STAGE_WIDE}

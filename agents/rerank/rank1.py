@@ -29,7 +29,7 @@ tokenizer; else the embedded model's own, else the server's tokenize endpoint): 
 token is then read from the likeliest 20 as it comes, stated in the step as ``forced_by``.
 llama-cpp-python's server reports the log-probabilities from before the bias, so the two are
 read from the model's own likeliest 20 there: the same ratio as the embedded model's masked
-pair (tests/test_server.py), 0.5 when either is outside them.
+pair (tests/test_llamacpp_server.py), 0.5 when either is outside them.
 Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the summary.
 """
 
@@ -40,6 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.llm.steps import llm_complete_call
 from agents.rerank import StageContext
 from agents.rerank.reasonrank import load_tokenizer
@@ -130,7 +131,7 @@ class Rank1Reranker:
 
     def _restriction(self) -> tuple[str, dict[str, Any]]:
         llm, how = self.ctx.llm, self.options["force"]
-        custom = llm.model.startswith(("local/", "scripted/"))
+        custom = llm.model.startswith((LOCAL_PREFIX, "scripted/"))
         if how == "auto":
             native = custom or llm.server == "vllm"
             how = "allowed_token_ids" if native else "logit_bias"
@@ -154,10 +155,10 @@ class Rank1Reranker:
         if name:
             tok = self.hub_tokenizer
             return [tok(w, add_special_tokens=False).input_ids[0] for w in (TRUE, FALSE)]
-        if llm.model.startswith("local/"):
+        if is_local(llm.model):
             from agents.llm.local import tokenizer
 
-            tok = tokenizer(llm.model.removeprefix("local/"), llm.cache_dir)
+            tok = tokenizer(local_name(llm.model), llm.cache_dir)
             return [tok.tokenize(w)[0] for w in (TRUE, FALSE)]
         from agents.llm.serving import server_token_ids
 

@@ -12,13 +12,13 @@ from eval.compare.model import CompareError, Comparison, Delta, Mover, RunData
 from eval.compare.published import published_notes, published_row, resolve_references
 from eval.compare.reading import check_against_summary, load_run, task_scores
 from eval.evaluate import task_mean
-from eval.metrics import parse_metric
+from eval.metrics import HEADLINE, parse_metric
 from eval.references import Reference
 from eval.report import order_tasks
 from eval.runs import RunQrels
 from eval.significance import TESTS, Test
 
-DEFAULT_METRIC = "NDCG@10"
+DEFAULT_METRIC = HEADLINE
 TOP_MOVERS = 5
 
 

@@ -17,6 +17,7 @@ from eval.metrics import parse_metric
 from eval.runs import (
     CONFIG_FILE,
     TASK_METRICS_FILE,
+    NotARunFolder,
     QrelsError,
     RunQrels,
     read_config,
@@ -42,8 +43,8 @@ def load_run(path: Path | str) -> RunData:
     path = Path(path)
     try:
         config = read_config(path)
-    except FileNotFoundError:
-        raise CompareError(f"{path}: not a run folder (no config.json)") from None
+    except NotARunFolder as e:
+        raise CompareError(str(e)) from None
     except ValueError as e:
         raise CompareError(str(e)) from None
     tasks = {}

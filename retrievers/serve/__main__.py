@@ -4,8 +4,9 @@
     python -m retrievers.serve --dataset demo --retriever dense --mcp
 
 The dataset and retriever flags are `agents.run`'s own (same names, same checks, same
-defaults), and the index is built and cached as a run builds it, in the same cache: a server
-started where runs ran loads their index from disk. It prints one line once it answers, and
+defaults: `retrievers.flags` gives both their settings), and the index is built and cached as
+a run builds it, in the same cache: a server started where runs ran loads their index from
+disk. It prints one line once it answers, and
 stops cleanly on SIGTERM or Ctrl-C.
 
 Every limit a client could push past is a flag with a default (docs/serving.md, "Limits and
@@ -24,56 +25,106 @@ import socket
 import sys
 from typing import Any
 
-RETRIEVER_FLAGS = (
-    "dataset", "retriever", "bm25_method", "k1", "b", "device", "dtype", "batch_size",
-    "max_length", "instructions", "dense_family", "trust_remote_code", "ignore_identical_ids",
-    "embed_api_base", "embed_batch_size", "embed_option", "fusion", "fusion_k", "timeout",
-    "cache_dir",
-)  # fmt: skip
+from retrievers.config import MAX_QUERY_CHARS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from agents.config import add_arguments
+    from retrievers.flags import add_retriever_arguments
 
     p = argparse.ArgumentParser(
         prog="python -m retrievers.serve",
         description="Serve a task's retriever: Search-R1's POST /retrieve, GET /health and the "
         "native POST /search (HTTP), or MCP tools search and read (--mcp).",
     )
-    add_arguments(p, only=RETRIEVER_FLAGS)
+    add_retriever_arguments(p)  # agents.run's own: the same names, checks and defaults
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
     p.add_argument("--port", type=_port, default=8000, help="port (0: any free one)")
-    p.add_argument("--topk", type=_positive, default=3,
-                   help="/retrieve's depth when a request gives none (Search-R1's default: 3)")
-    p.add_argument("--max-batch", type=_positive, default=64,
-                   help="queries searched together at most (1: no batching)")
-    p.add_argument("--max-queue", type=_positive, default=1024,
-                   help="queries waiting at most; past it requests get 503")
+    p.add_argument(
+        "--topk",
+        type=_positive,
+        default=3,
+        help="/retrieve's depth when a request gives none (Search-R1's default: 3)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=_positive,
+        default=64,
+        help="queries searched together at most (1: no batching)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=_positive,
+        default=1024,
+        help="queries waiting at most; past it requests get 503",
+    )
     p.add_argument("--max-k", type=_positive, default=1000, help="the deepest search allowed")
-    p.add_argument("--max-query-chars", type=_positive, default=50_000,
-                   help="the longest query text allowed")
-    p.add_argument("--max-body-bytes", type=_positive, default=4_000_000,
-                   help="the largest request body allowed, counted as it arrives")
-    p.add_argument("--max-hits", type=_positive, default=100_000,
-                   help="queries x k in one request at most (default: 100,000)")
-    p.add_argument("--max-response-bytes", type=_positive, default=32_000_000,
-                   help="the largest answer (estimated before it is written)")
-    p.add_argument("--max-connections", type=_positive, default=512,
-                   help="open connections at most; past it the one idle longest is closed")
-    p.add_argument("--header-timeout", type=_seconds, default=10.0,
-                   help="seconds a connection may take to send a request's head")
-    p.add_argument("--read-timeout", type=_seconds, default=30.0,
-                   help="seconds a request's body may take to arrive")
-    p.add_argument("--keep-alive", type=_seconds, default=5.0,
-                   help="seconds an idle keep-alive connection is kept open")
-    p.add_argument("--token-env", default=TOKEN_ENV, metavar="NAME",
-                   help=f"the environment variable holding the bearer token clients must send "
-                        f"(default: {TOKEN_ENV}; unset or empty: no token)")
-    p.add_argument("--allow-unauthenticated", action="store_true",
-                   help="listen on an address other than loopback without a token")
+    p.add_argument(
+        "--max-query-chars",
+        type=_positive,
+        default=MAX_QUERY_CHARS,
+        help="the longest query text allowed",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=4_000_000,
+        help="the largest request body allowed, counted as it arrives",
+    )
+    p.add_argument(
+        "--max-hits",
+        type=_positive,
+        default=100_000,
+        help="queries x k in one request at most (default: 100,000)",
+    )
+    p.add_argument(
+        "--max-response-bytes",
+        type=_positive,
+        default=32_000_000,
+        help="the largest answer (estimated before it is written)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=512,
+        help="open connections at most; past it the one idle longest is closed",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=10.0,
+        help="seconds a connection may take to send a request's head",
+    )
+    p.add_argument(
+        "--read-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a request's body may take to arrive",
+    )
+    p.add_argument(
+        "--keep-alive",
+        type=_seconds,
+        default=5.0,
+        help="seconds an idle keep-alive connection is kept open",
+    )
+    p.add_argument(
+        "--token-env",
+        default=TOKEN_ENV,
+        metavar="NAME",
+        help=f"the environment variable holding the bearer token clients must send "
+        f"(default: {TOKEN_ENV}; unset or empty: no token)",
+    )
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="listen on an address other than loopback without a token",
+    )
     p.add_argument("--mcp", action="store_true", help="serve MCP tools instead of HTTP")
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio",
-                   help="--mcp: over stdio (default) or streamable HTTP at --host/--port")
+    p.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="--mcp: over stdio (default) or streamable HTTP at --host/--port",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p.parse_args(argv)
 
@@ -110,19 +161,22 @@ def _port(text: str) -> int:
 
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """The indexes the flags describe, built (or read from the cache) as agents.run does."""
-    from agents.config import from_settings, settings_from_args
-    from agents.pipeline import embedding_transport
     from eval.datasets import default_cache_dir, load_tasks
     from eval.files import writable_folder
+    from retrievers.api_embed import embedding_transport
+    from retrievers.flags import TASK_DEFAULTS, retriever_from_settings, retriever_settings
     from retrievers.serve.index import build_indexes
 
-    config = from_settings(settings_from_args(args))
-    if any(part.kind == "remote" for part in config.retriever.parts):
-        raise ValueError(f"--retriever {config.retriever.spec}: a server serves a local index")
-    cache_dir = writable_folder(config.cache_dir or default_cache_dir(), "--cache-dir")
-    tasks = load_tasks(config.dataset, cache_dir)
-    return build_indexes(config.retriever, tasks, cache_dir, not args.quiet,
-                         embedding_transport(config))  # fmt: skip
+    keys = retriever_settings()
+    given = {k: v for k, v in vars(args).items() if k in keys and v is not None}
+    retriever = retriever_from_settings(given)
+    if any(part.kind == "remote" for part in retriever.parts):
+        raise ValueError(f"--retriever {retriever.spec}: a server serves a local index")
+    cache_dir = writable_folder(args.cache_dir or default_cache_dir(), "--cache-dir")
+    tasks = load_tasks(args.dataset or TASK_DEFAULTS["dataset"], cache_dir)
+    timeout = args.timeout or TASK_DEFAULTS["timeout"]
+    return build_indexes(retriever, tasks, cache_dir, not args.quiet,
+                         embedding_transport(retriever, timeout))  # fmt: skip
 
 
 def token_of(args: argparse.Namespace) -> str | None:
@@ -211,8 +265,10 @@ def _mcp_host_allowed(args: argparse.Namespace) -> None:
     from retrievers.serve.guard import is_loopback
 
     if not is_loopback(args.host) and not args.allow_unauthenticated:
-        raise ValueError(f"--host {args.host}: MCP over HTTP has no token; serve it on "
-                         "loopback, or pass --allow-unauthenticated on a network you trust")
+        raise ValueError(
+            f"--host {args.host}: MCP over HTTP has no token; serve it on "
+            "loopback, or pass --allow-unauthenticated on a network you trust"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

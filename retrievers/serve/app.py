@@ -45,6 +45,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from retrievers.base import SearchRequest
+from retrievers.config import MAX_QUERY_CHARS
 from retrievers.serve.batch import Batcher, Busy
 from retrievers.serve.guard import Guard, GuardSettings
 from retrievers.serve.index import ServedIndex, package_version
@@ -94,7 +95,7 @@ def make_app(
     max_batch: int = 64,
     max_queue: int = 1024,
     max_k: int = 1000,
-    max_query_chars: int = 50_000,
+    max_query_chars: int = MAX_QUERY_CHARS,
     max_body_bytes: int = 4_000_000,
     max_hits: int = MAX_HITS,
     max_response_bytes: int = MAX_RESPONSE_BYTES,

@@ -15,7 +15,7 @@ there, so an agent driven from outside sees what tool-search's model sees:
 Their descriptions are tool-search's prompt files (prompts/tool-search/search.txt, read.txt),
 read through `prompts.PromptBook`: a prompt experiment changes both alike. The snippet and cut
 are written again here because retrievers/ sits below agents/ (tests/test_layering.py);
-tests/test_serve_mcp.py holds them identical to tool-search's.
+tests/test_retrieval_server_mcp.py holds them identical to tool-search's.
 
 Searches run through the very retriever the HTTP API serves (`retrievers.base.search_all`),
 one at a time in a worker thread, so the event loop keeps answering (a hybrid's fusion runs on
@@ -46,6 +46,7 @@ from pydantic import Field
 
 from prompts import PromptBook
 from retrievers.base import SearchRequest, search_all
+from retrievers.config import MAX_QUERY_CHARS  # as the server's --max-query-chars
 from retrievers.results import read_result, search_result
 from retrievers.serve.index import ServedIndex, package_version
 
@@ -54,7 +55,6 @@ TOP_K = 10
 SNIPPET_WORDS = 40
 DOC_WORDS = 300
 MAX_K = 1000  # as the server's --max-k
-MAX_QUERY_CHARS = 50_000  # as the server's --max-query-chars
 HTTP_PATH = "/mcp"
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)  # fmt: skip

@@ -25,7 +25,7 @@ import agents.llm.client
 from agents.interrupt import MESSAGE
 from agents.run import main
 from eval.runs import unpack_record
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def run(toy_dir: Path, tmp_path: Path, *extra: str, agent: str = "hyde") -> int:
@@ -75,6 +75,7 @@ def silent_server():
     listener.close()
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_ends_the_run_in_one_line(toy_dir, tmp_path, silent_server,
                                                                capsys):  # fmt: skip
     url, connections = silent_server
@@ -92,6 +93,7 @@ def test_a_server_that_never_answers_ends_the_run_in_one_line(toy_dir, tmp_path,
     assert config["timeout"] == 0.5
 
 
+@pytest.mark.slow
 def test_an_embedding_server_that_never_answers_is_one_line(toy_dir, tmp_path, silent_server,
                                                              capsys):  # fmt: skip
     url, _ = silent_server
@@ -251,6 +253,7 @@ def test_llamacpp_without_a_template_uses_the_one_the_server_reports(toy_dir, tm
 
 
 @pytest.mark.parametrize("server", ["llamacpp", "openai", "vllm"])
+@pytest.mark.slow
 def test_a_served_run_closes_what_it_opened(toy_dir, tmp_path, replies, server):
     Replies.template = QWEN_LIKE
     cmd = [
@@ -295,6 +298,7 @@ def test_the_machine_is_recorded_but_binds_nothing(toy_dir, tmp_path):
 
 
 @pytest.mark.parametrize("when", ["mid-run", "at start-up"])
+@pytest.mark.slow
 def test_ctrl_c_ends_with_one_line_exit_130_and_loses_nothing(tmp_path, when):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "R2MED_AGENTS_CACHE": str(tmp_path / "cache")}
     cmd = [

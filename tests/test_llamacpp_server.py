@@ -32,6 +32,8 @@ BIND_ATTEMPTS = 3
 COMPLETIONS = '"POST /v1/chat/completions '
 TEXT_COMPLETIONS = '"POST /v1/completions '
 
+pytestmark = pytest.mark.slow  # every test here runs against a real llama.cpp server
+
 
 @dataclass
 class Server:

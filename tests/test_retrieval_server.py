@@ -245,6 +245,7 @@ def test_queries_that_arrive_together_are_searched_as_one_batch_and_the_queue_is
     assert batcher.stats.largest == 10
 
 
+@pytest.mark.slow
 def test_a_dense_server_encodes_concurrent_queries_at_once(tmp_path, monkeypatch):
     """Concurrent requests to a dense index: fewer encodes than queries. A batch pads its
     queries to its longest, which moves the last bits of an embedding, so near-ties may swap
@@ -295,6 +296,7 @@ def test_a_dense_server_encodes_concurrent_queries_at_once(tmp_path, monkeypatch
 # --- the process -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_served_process_answers_survives_a_broken_client_and_stops_on_sigterm(tmp_path):
     proc, url = start_server(tmp_path / "cache", "--retriever", "bm25")
     host, port = url.removeprefix("http://").split(":")
@@ -351,6 +353,7 @@ def run_of(folder: Path) -> tuple[list[str], dict]:
     return trec, metrics
 
 
+@pytest.mark.slow
 def test_every_agent_ranks_the_same_through_a_server_as_with_its_own_index(server, tmp_path):
     scripted.install(respond)
     common = ["--model", "scripted/m", "--runs-dir", str(tmp_path / "runs"), "--cache-dir",
@@ -368,6 +371,7 @@ def test_every_agent_ranks_the_same_through_a_server_as_with_its_own_index(serve
     assert config["retriever_index"] == {"demo": {f"remote:{server}": health["tasks"]["demo"]}}
 
 
+@pytest.mark.slow
 def test_a_server_of_another_corpus_is_refused_in_one_line(tmp_path, capsys):
     import shutil
 
@@ -391,6 +395,7 @@ def test_a_server_of_another_corpus_is_refused_in_one_line(tmp_path, capsys):
         stop(proc)
 
 
+@pytest.mark.slow
 def test_a_server_that_goes_away_fails_those_queries_and_a_rerun_finishes(tmp_path, capsys):
     proc, url = start_server(tmp_path / "cache", "--retriever", "bm25")
     calls = []

@@ -101,6 +101,7 @@ def chunks(total: int, size: int = 65536):
         yield b"x" * size
 
 
+@pytest.mark.slow
 def test_a_chunked_body_is_refused_while_it_arrives_not_after(server, http):
     proc, _ = server
     before = rss_mb(proc.pid)
@@ -113,6 +114,7 @@ def test_a_chunked_body_is_refused_while_it_arrives_not_after(server, http):
     assert http.get("/health").json()["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_a_declared_length_over_the_limit_is_refused_before_the_body(server):
     with socket.create_connection(address(server[1]), timeout=5) as s:
         s.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 45000000\r\n\r\n")
@@ -121,6 +123,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body(server):
     assert "45,000,000 bytes; the limit is 100,000 (--max-body-bytes)" in answer
 
 
+@pytest.mark.slow
 def test_a_body_that_trickles_is_cut_off_by_the_read_timeout(server):
     with socket.create_connection(address(server[1]), timeout=10) as s:
         s.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
@@ -133,6 +136,7 @@ def test_a_body_that_trickles_is_cut_off_by_the_read_timeout(server):
 # --- what a request may ask for ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_queries_times_k_is_limited_before_any_search(server, http):
     searched = http.get("/health").json()["served"]["queries"]
     r = http.post("/search", json={"k": 100, "requests": [{"query": "a"}] * 21})
@@ -142,6 +146,7 @@ def test_queries_times_k_is_limited_before_any_search(server, http):
     assert http.get("/health").json()["served"]["queries"] == searched  # nothing searched
 
 
+@pytest.mark.slow
 def test_an_answer_over_the_response_limit_is_refused(http):
     r = http.post("/retrieve", json={"queries": ["blood pressure"] * 10, "topk": 50})
     one_line(r, 413, "(--max-response-bytes)")
@@ -151,6 +156,7 @@ def test_an_answer_over_the_response_limit_is_refused(http):
 # --- connections --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_half_open_and_idle_connections_are_closed_and_others_still_answered(server, http):
     host_port = address(server[1])
     held = []
@@ -182,6 +188,7 @@ def test_half_open_and_idle_connections_are_closed_and_others_still_answered(ser
             s.close()
 
 
+@pytest.mark.slow
 def test_a_keep_alive_connection_left_idle_is_closed(server):
     with socket.create_connection(address(server[1]), timeout=5) as s:
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -193,6 +200,7 @@ def test_a_keep_alive_connection_left_idle_is_closed(server):
     assert 0.5 < time.monotonic() - started < 3
 
 
+@pytest.mark.slow
 def test_a_normal_client_keeps_its_latency_beside_a_hostile_one(server, http):
     stop_flag = threading.Event()
 
@@ -222,6 +230,7 @@ def test_a_normal_client_keeps_its_latency_beside_a_hostile_one(server, http):
 # --- the token -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_token_is_required_on_every_endpoint(tmp_path):
     proc, url = start(tmp_path, env={"R2MED_SERVE_TOKEN": TOKEN})
     try:
@@ -248,6 +257,7 @@ def refusal(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     return proc.returncode, proc.stderr
 
 
+@pytest.mark.slow
 def test_an_address_off_loopback_needs_a_token_or_an_explicit_flag():
     code, err = refusal("--host", "0.0.0.0", "--port", "0")
     assert code != 0 and err.count("\n") == 1
@@ -256,6 +266,7 @@ def test_an_address_off_loopback_needs_a_token_or_an_explicit_flag():
     assert code != 0 and err.count("\n") == 1 and "--allow-unauthenticated" in err
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_one_line_naming_it():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

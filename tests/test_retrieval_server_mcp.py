@@ -165,6 +165,7 @@ def seen(request) -> Seen:
 # --- over a real transport ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_tools_are_tool_searchs_with_its_prompt_files_as_descriptions(seen, local):
     assert list(seen.tools) == ["search", "read"]
     book = PromptBook({}, local.task.name)
@@ -185,6 +186,7 @@ def test_the_tools_are_tool_searchs_with_its_prompt_files_as_descriptions(seen, 
     assert seen.tools["search"].input_schema["properties"]["k"]["default"] == served.TOP_K
 
 
+@pytest.mark.slow
 def test_search_answers_as_an_in_process_bm25_and_tool_search_format_it(seen, local):
     for (query, k), result in seen.searches.items():
         assert result.is_error is False
@@ -197,6 +199,7 @@ def test_search_answers_as_an_in_process_bm25_and_tool_search_format_it(seen, lo
     assert {len(json.loads(text(r))) for (_, k), r in seen.searches.items()} == {3, served.TOP_K}
 
 
+@pytest.mark.slow
 def test_read_gives_the_cut_document_and_an_unknown_id_is_a_tool_error(seen, local):
     known = {doc: r for doc, r in seen.reads.items() if doc != UNKNOWN}
     assert known
@@ -208,6 +211,7 @@ def test_read_gives_the_cut_document_and_an_unknown_id_is_a_tool_error(seen, loc
     assert repr(UNKNOWN) in text(missing) and "read ids from your search results" in text(missing)
 
 
+@pytest.mark.slow
 def test_stdout_carries_nothing_but_the_protocol(over_stdio):
     assert over_stdio.stray == []
 

@@ -1,0 +1,96 @@
+"""Constants and helpers shared by the tests: a plain module, imported as ``tests.helpers``.
+
+tests/conftest.py holds only fixtures and hooks (its fixtures use what is here); no test file
+imports another test file or conftest. The other plain modules: tests/synthetic.py (the
+synthetic task), tests/tiny_models.py (tiny model folders), tests/browser.py (chromium),
+tests/printed_report.py (what a run prints, parsed and checked).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCIFACT = REPO.parent / "shared" / "data" / "scifact"
+# the start of a skip's reason when .ci/run said the shared data is absent (tests/conftest.py)
+SHARED_ABSENT = "shared data absent, as .ci/run reported"
+
+# --- the toy task (the ``toy_dir`` fixture) ----------------------------------------------------
+
+DOCS = {
+    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
+    "d2": "Metformin lowers hepatic glucose production in diabetes.",
+    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
+    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
+    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
+}
+QUERIES = {
+    "q1": "Which drug lowers glucose production by the liver in diabetes?",
+    "q2": "How does aspirin act on platelets?",
+    "q3": "What lowers cholesterol?",
+}
+QRELS = [("q1", "d2", 1), ("q2", "d3", 2), ("q3", "d4", 1)]
+
+
+def write_toy(folder: Path) -> Path:
+    """A five-document task in R2MED layout where each query has one clearly relevant doc."""
+    folder.mkdir(parents=True)
+    with open(folder / "corpus.jsonl", "w") as f:
+        for i, t in DOCS.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "query.jsonl", "w") as f:
+        for i, t in QUERIES.items():
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+    with open(folder / "qrels.jsonl", "w") as f:
+        for q, d, s in QRELS:
+            f.write(json.dumps({"q_id": q, "p_id": d, "score": s}) + "\n")
+    return folder
+
+
+# --- runs of an agent on the toy task (``toy``: its data, runs and cache folders) ----------------
+
+
+def run_agent(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
+    """``python -m agents.run`` in this process: ``agent`` on the toy task, scripted model."""
+    from agents.run import main
+
+    return main([
+        "--agent", agent, "--dataset", str(toy["data"]), "--model", "scripted/test",
+        "--runs-dir", str(toy["runs"]), "--cache-dir", str(toy["cache"]),
+        "--run-name", name, "--quiet", "--concurrency", "1", *extra,
+    ])  # fmt: skip
+
+
+def records(toy: dict, name: str = "run") -> dict[str, dict]:
+    """The records of run ``name`` on the toy task, by query id."""
+    from eval.runs import read_records
+
+    return read_records(toy["runs"] / name / "toy" / "queries.jsonl")
+
+
+def nodes(record: dict) -> list[str]:
+    """The graph nodes a record's steps went through, in order."""
+    return [s["node"] for s in record["steps"]]
+
+
+# --- the embedded models ----------------------------------------------------------------------
+
+
+def share_models(cache_dir: Path, session_cache: Path) -> Path:
+    """``cache_dir`` with the joined embedded models of ``session_cache`` hard-linked into its
+    ``models/`` (the file and its stamp): a test that needs a cache of its own does not join them
+    again (the ``models_cache`` fixture)."""
+    from agents.llm.local import LOCAL_MODELS, model_file, stamp_path
+
+    models = Path(cache_dir) / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for name, model in LOCAL_MODELS.items():
+        if len(model.parts) < 2:  # shipped whole: read where it is installed
+            continue
+        joined = model_file(name, session_cache)
+        for path in (joined, stamp_path(joined)):
+            if not (models / path.name).exists():
+                os.link(path, models / path.name)
+    return Path(cache_dir)
