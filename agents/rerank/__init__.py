@@ -9,7 +9,7 @@ records of the stage before it and saves its own, so a stage never recomputes ea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +28,20 @@ class StageContext:
     cache_dir: Path | None = None
     # node -> the parameters its LLM calls are sent (agents.llm.sampling)
     sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+def ranked(order: Sequence[str]) -> dict[str, float]:
+    """A stage's new order as its ranking: scores n..1, so that every reader (the evaluator's
+    sort among them) keeps exactly this order."""
+    n = len(order)
+    return {d: float(n - i) for i, d in enumerate(order)}
+
+
+def by_score(order: Sequence[str], scores: Mapping[str, float]) -> list[str]:
+    """The documents ``scores`` judges, best first (ties keep the previous order: sorted() is
+    stable), then the rest of ``order`` in its place."""
+    judged = [d for d in order if d in scores]
+    return sorted(judged, key=lambda d: -scores[d]) + [d for d in order if d not in scores]
 
 
 class Stage(Protocol):

@@ -19,7 +19,7 @@ from typing import Any
 from agents.llm.errors import is_context_overflow
 from agents.llm.steps import llm_step
 from agents.llm.text import answer_text
-from agents.rerank import StageContext
+from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
 
 # doc_words counts whitespace-separated words, which is what RankGPT's "max_length = 300"
@@ -206,8 +206,7 @@ class ListwiseReranker:
                 "note": note,
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
-        n = len(order)
-        return {"ranking": {d: float(n - i) for i, d in enumerate(order)}, "steps": steps}
+        return {"ranking": ranked(order), "steps": steps}
 
 
 def build_listwise(ctx: StageContext) -> ListwiseReranker:

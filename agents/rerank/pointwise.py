@@ -21,7 +21,7 @@ from typing import Any
 
 from agents.llm.steps import llm_call
 from agents.llm.text import THINK_END, answer_text
-from agents.rerank import StageContext
+from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.listwise import cut_words
 from agents.specs import StageSpec
 
@@ -183,10 +183,7 @@ class PointwiseReranker:
             step = await self.judge(query, passage)
             steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
             scores[doc_id] = step["score"] if step["score"] is not None else 0.0
-        # ties keep the previous order: sorted() is stable
-        reranked = sorted(top, key=lambda d: -scores[d]) + order[len(top) :]
-        n = len(reranked)
-        return {"ranking": {d: float(n - i) for i, d in enumerate(reranked)}, "steps": steps}
+        return {"ranking": ranked(by_score(order, scores)), "steps": steps}
 
 
 def _judged(

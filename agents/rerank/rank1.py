@@ -42,7 +42,7 @@ from typing import Any
 
 from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.llm.steps import llm_complete_call
-from agents.rerank import StageContext
+from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.reasonrank import load_tokenizer
 from agents.specs import StageSpec
 
@@ -202,10 +202,7 @@ class Rank1Reranker:
             step = await self.judge(query, self.ctx.corpus[doc_id])
             steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
             scores[doc_id] = step["score"]
-        # ties keep the previous order: sorted() is stable
-        reranked = sorted(top, key=lambda d: -scores[d]) + order[len(top) :]
-        n = len(reranked)
-        return {"ranking": {d: float(n - i) for i, d in enumerate(reranked)}, "steps": steps}
+        return {"ranking": ranked(by_score(order, scores)), "steps": steps}
 
 
 def build_rank1(ctx: StageContext) -> Rank1Reranker:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents.llm.steps import llm_call
-from agents.rerank import StageContext
+from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
 
 FAMILY = "reasonrank"
@@ -192,8 +192,7 @@ class ReasonRankReranker:
                 # the call's output is the whole reply, the reasoning too
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
-        n = len(order)
-        return {"ranking": {d: float(n - i) for i, d in enumerate(order)}, "steps": steps}
+        return {"ranking": ranked(order), "steps": steps}
 
 
 def build_reasonrank(ctx: StageContext) -> ReasonRankReranker:
