@@ -367,10 +367,9 @@ class FusionConfig:
             "fusion", f"how '+' retrievers' lists are fused: {', '.join(FUSION_METHODS)}"
         ),
     )
-    # the flag refuses 0, as it always has; a config or sweep file may give k = 0
     k: int = field(
         default=RRF_K,
-        metadata=_flag("fusion_k", "RRF's k in 1 / (k + rank); rrf only", type=positive_int),
+        metadata=_flag("fusion_k", "RRF's k in 1 / (k + rank); rrf only", type=non_negative_int),
     )
     depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
 

@@ -34,12 +34,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 from eval.retry import REMOTE_ATTEMPTS as ATTEMPTS
 from eval.retry import REMOTE_BACKOFF, retrying
+from retrievers.config import SERVE_TOKEN_VARIABLE
 
 from .base import SearchRequest
 
 # per attempt of /health and /search when the run gives none (not the run's --timeout)
 REMOTE_TIMEOUT_S = 60.0
-TOKEN_VARIABLE = "R2MED_SERVE_TOKEN"  # the server's bearer token, sent when set
+TOKEN_VARIABLE = SERVE_TOKEN_VARIABLE  # the server's bearer token, sent when set
 # what an index fingerprint is compared on, in /health and in every /search answer
 FINGERPRINT_KEYS = ("corpus", "retriever", "settings", "version")
 

@@ -331,3 +331,37 @@ def test_an_unknown_path_or_method_is_one_line_too(weird):
     assert r.status_code == 404 and "\n" not in r.json()["error"]
     r = weird.delete("/search")
     assert r.status_code == 405 and r.json()["error"] == "DELETE /search: Method Not Allowed"
+
+
+def test_each_limit_has_one_default_for_the_flags_the_app_and_the_mcp_tools():
+    import inspect
+
+    from retrievers.serve import limits, mcp
+    from retrievers.serve.__main__ import parse_args
+    from retrievers.serve.batch import Batcher
+    from retrievers.serve.guard import GuardSettings
+
+    flags = vars(parse_args([]))
+    app = {n: p.default for n, p in inspect.signature(make_app).parameters.items()}
+    tools = {n: p.default for n, p in inspect.signature(mcp.make_server).parameters.items()}
+    expected = {
+        "topk": limits.SEARCH_R1_TOPK,
+        "max_batch": limits.MAX_BATCH,
+        "max_queue": limits.MAX_QUEUE,
+        "max_k": limits.MAX_K,
+        "max_query_chars": limits.MAX_QUERY_CHARS,
+        "max_body_bytes": limits.MAX_BODY_BYTES,
+        "max_hits": limits.MAX_HITS,
+        "max_response_bytes": limits.MAX_RESPONSE_BYTES,
+        "read_timeout": limits.READ_TIMEOUT_S,
+        "token_env": limits.SERVE_TOKEN_VARIABLE,
+    }
+    for name, value in expected.items():
+        assert flags[name] == value == app[name], name
+    assert (flags["max_connections"], flags["header_timeout"], flags["keep_alive"]) == (
+        limits.MAX_CONNECTIONS, limits.HEADER_TIMEOUT_S, limits.KEEP_ALIVE_S)  # fmt: skip
+    assert (Batcher().max_batch, Batcher().max_queue) == (limits.MAX_BATCH, limits.MAX_QUEUE)
+    guard = GuardSettings()
+    assert (guard.max_body_bytes, guard.read_timeout, guard.token_env) == (
+        limits.MAX_BODY_BYTES, limits.READ_TIMEOUT_S, limits.SERVE_TOKEN_VARIABLE)  # fmt: skip
+    assert tools["max_k"] == limits.MAX_K and tools["max_query_chars"] == limits.MAX_QUERY_CHARS

@@ -237,3 +237,20 @@ def test_importing_the_config_loads_no_heavy_library():
     code = "import sys, retrievers.search; print('torch' in sys.modules, 'litellm' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
+
+
+def test_a_flag_takes_what_its_field_takes():
+    """--fusion-k 0 is RRF's 1/rank, as a config file's k = 0: the flag and the field share
+    one check."""
+    import argparse
+
+    from retrievers.flags import add_retriever_arguments
+
+    parser = argparse.ArgumentParser()
+    add_retriever_arguments(parser)
+    assert parser.parse_args(["--fusion-k", "0"]).fusion_k == 0
+    assert FusionConfig(k=0).k == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--fusion-k", "-1"])
+    with pytest.raises(ValueError, match="fusion.k"):
+        FusionConfig(k=-1)

@@ -25,7 +25,21 @@ import socket
 import sys
 from typing import Any
 
-from retrievers.config import MAX_QUERY_CHARS
+from retrievers.serve.limits import (
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_HITS,
+    MAX_K,
+    MAX_QUERY_CHARS,
+    MAX_QUEUE,
+    MAX_RESPONSE_BYTES,
+    READ_TIMEOUT_S,
+    SEARCH_R1_TOPK,
+    SERVE_TOKEN_VARIABLE,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,22 +56,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--topk",
         type=_positive,
-        default=3,
-        help="/retrieve's depth when a request gives none (Search-R1's default: 3)",
+        default=SEARCH_R1_TOPK,
+        help=f"/retrieve's depth when a request gives none (Search-R1's default: {SEARCH_R1_TOPK})",
     )
     p.add_argument(
         "--max-batch",
         type=_positive,
-        default=64,
+        default=MAX_BATCH,
         help="queries searched together at most (1: no batching)",
     )
     p.add_argument(
         "--max-queue",
         type=_positive,
-        default=1024,
+        default=MAX_QUEUE,
         help="queries waiting at most; past it requests get 503",
     )
-    p.add_argument("--max-k", type=_positive, default=1000, help="the deepest search allowed")
+    p.add_argument("--max-k", type=_positive, default=MAX_K, help="the deepest search allowed")
     p.add_argument(
         "--max-query-chars",
         type=_positive,
@@ -67,51 +81,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--max-body-bytes",
         type=_positive,
-        default=4_000_000,
+        default=MAX_BODY_BYTES,
         help="the largest request body allowed, counted as it arrives",
     )
     p.add_argument(
         "--max-hits",
         type=_positive,
-        default=100_000,
-        help="queries x k in one request at most (default: 100,000)",
+        default=MAX_HITS,
+        help=f"queries x k in one request at most (default: {MAX_HITS:,})",
     )
     p.add_argument(
         "--max-response-bytes",
         type=_positive,
-        default=32_000_000,
+        default=MAX_RESPONSE_BYTES,
         help="the largest answer (estimated before it is written)",
     )
     p.add_argument(
         "--max-connections",
         type=_positive,
-        default=512,
+        default=MAX_CONNECTIONS,
         help="open connections at most; past it the one idle longest is closed",
     )
     p.add_argument(
         "--header-timeout",
         type=_seconds,
-        default=10.0,
+        default=HEADER_TIMEOUT_S,
         help="seconds a connection may take to send a request's head",
     )
     p.add_argument(
         "--read-timeout",
         type=_seconds,
-        default=30.0,
+        default=READ_TIMEOUT_S,
         help="seconds a request's body may take to arrive",
     )
     p.add_argument(
         "--keep-alive",
         type=_seconds,
-        default=5.0,
+        default=KEEP_ALIVE_S,
         help="seconds an idle keep-alive connection is kept open",
     )
     p.add_argument(
         "--token-env",
-        default=TOKEN_ENV,
+        default=SERVE_TOKEN_VARIABLE,
         metavar="NAME",
         help=f"the environment variable holding the bearer token clients must send "
-        f"(default: {TOKEN_ENV}; unset or empty: no token)",
+        f"(default: {SERVE_TOKEN_VARIABLE}; unset or empty: no token)",
     )
     p.add_argument(
         "--allow-unauthenticated",
@@ -129,7 +143,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-TOKEN_ENV = "R2MED_SERVE_TOKEN"
 
 
 def _seconds(text: str) -> float:

@@ -45,14 +45,22 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from retrievers.base import SearchRequest
-from retrievers.config import MAX_QUERY_CHARS
 from retrievers.serve.batch import Batcher, Busy
 from retrievers.serve.guard import Guard, GuardSettings
 from retrievers.serve.index import ServedIndex, package_version
+from retrievers.serve.limits import (
+    MAX_BATCH,
+    MAX_BODY_BYTES,
+    MAX_HITS,
+    MAX_K,
+    MAX_QUERY_CHARS,
+    MAX_QUEUE,
+    MAX_RESPONSE_BYTES,
+    READ_TIMEOUT_S,
+    SEARCH_R1_TOPK,
+    SERVE_TOKEN_VARIABLE,
+)
 
-SEARCH_R1_TOPK = 3  # retrieval_server.py's --topk default
-MAX_HITS = 100_000  # queries x k in one request: 100 queries at depth 1,000
-MAX_RESPONSE_BYTES = 32_000_000
 HIT_OVERHEAD = 48  # JSON bytes around each hit's id and text ({"document": ..., "score": ...})
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -92,16 +100,16 @@ def make_app(
     indexes: Mapping[str, ServedIndex],
     *,
     topk: int = SEARCH_R1_TOPK,
-    max_batch: int = 64,
-    max_queue: int = 1024,
-    max_k: int = 1000,
+    max_batch: int = MAX_BATCH,
+    max_queue: int = MAX_QUEUE,
+    max_k: int = MAX_K,
     max_query_chars: int = MAX_QUERY_CHARS,
-    max_body_bytes: int = 4_000_000,
+    max_body_bytes: int = MAX_BODY_BYTES,
     max_hits: int = MAX_HITS,
     max_response_bytes: int = MAX_RESPONSE_BYTES,
-    read_timeout: float = 30.0,
+    read_timeout: float = READ_TIMEOUT_S,
     token: str | None = None,
-    token_env: str = "R2MED_SERVE_TOKEN",
+    token_env: str = SERVE_TOKEN_VARIABLE,
 ) -> FastAPI:
     batcher = Batcher(max_batch=max_batch, max_queue=max_queue)
 

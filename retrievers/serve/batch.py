@@ -19,6 +19,7 @@ from typing import Any
 
 from retrievers.base import SearchRequest, search_all
 from retrievers.serve.index import ServedIndex
+from retrievers.serve.limits import MAX_BATCH, MAX_QUEUE
 
 
 class Busy(RuntimeError):
@@ -42,8 +43,8 @@ class Stats:
 
 @dataclass
 class Batcher:
-    max_batch: int = 64
-    max_queue: int = 1024
+    max_batch: int = MAX_BATCH
+    max_queue: int = MAX_QUEUE
     stats: Stats = field(default_factory=Stats)
     _queue: asyncio.Queue | None = None
     _pending: int = 0

@@ -27,6 +27,8 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from retrievers.serve.limits import MAX_BODY_BYTES, READ_TIMEOUT_S, SERVE_TOKEN_VARIABLE
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 
@@ -37,10 +39,10 @@ def error_body(message: str) -> bytes:
 
 @dataclass(frozen=True)
 class GuardSettings:
-    max_body_bytes: int = 4_000_000
-    read_timeout: float = 30.0
+    max_body_bytes: int = MAX_BODY_BYTES
+    read_timeout: float = READ_TIMEOUT_S
     token: str | None = None  # None: no authentication
-    token_env: str = "R2MED_SERVE_TOKEN"
+    token_env: str = SERVE_TOKEN_VARIABLE
 
 
 class Guard:

@@ -46,15 +46,22 @@ from pydantic import Field
 
 from prompts import PromptBook
 from retrievers.base import SearchRequest, search_all
-from retrievers.config import MAX_QUERY_CHARS  # as the server's --max-query-chars
 from retrievers.results import read_result, search_result
 from retrievers.serve.index import ServedIndex, package_version
+from retrievers.serve.limits import (
+    HEADER_TIMEOUT_S,
+    KEEP_ALIVE_S,
+    MAX_BODY_BYTES,
+    MAX_CONNECTIONS,
+    MAX_K,
+    MAX_QUERY_CHARS,
+    READ_TIMEOUT_S,
+)
 
 # tool-search's own defaults (agents.graphs.tool_search.DEFAULTS; the test holds them equal)
 TOP_K = 10
 SNIPPET_WORDS = 40
 DOC_WORDS = 300
-MAX_K = 1000  # as the server's --max-k
 HTTP_PATH = "/mcp"
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)  # fmt: skip
@@ -151,13 +158,13 @@ def _serve_http(server: MCPServer, args: argparse.Namespace, what: str) -> int:
     from retrievers.serve.guard import Guard, GuardSettings, bind, guarded_h11
 
     host = args.host
-    limits = GuardSettings(max_body_bytes=getattr(args, "max_body_bytes", 4_000_000),
-                           read_timeout=getattr(args, "read_timeout", 30.0))  # fmt: skip
+    limits = GuardSettings(max_body_bytes=getattr(args, "max_body_bytes", MAX_BODY_BYTES),
+                           read_timeout=getattr(args, "read_timeout", READ_TIMEOUT_S))  # fmt: skip
     app = Guard(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host), limits)
     sock = bind(host, args.port)  # a port in use: one line
-    http = guarded_h11(getattr(args, "max_connections", 512),
-                       getattr(args, "header_timeout", 10.0))  # fmt: skip
-    keep_alive = getattr(args, "keep_alive", 5)
+    http = guarded_h11(getattr(args, "max_connections", MAX_CONNECTIONS),
+                       getattr(args, "header_timeout", HEADER_TIMEOUT_S))  # fmt: skip
+    keep_alive = getattr(args, "keep_alive", KEEP_ALIVE_S)
     web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", http=http,
                                         timeout_keep_alive=keep_alive))  # fmt: skip
 
