@@ -143,8 +143,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-
-
 def _seconds(text: str) -> float:
     from eval.argtypes import CheckError
 

@@ -225,8 +225,12 @@ def make_app(
         for ranking in rankings:
             docs = [{"id": d, "contents": index.corpus[d]} for d in ranking]
             if body.return_scores:
-                result.append([{"document": doc, "score": s}
-                               for doc, s in zip(docs, ranking.values(), strict=True)])
+                result.append(
+                    [
+                        {"document": doc, "score": s}
+                        for doc, s in zip(docs, ranking.values(), strict=True)
+                    ]
+                )
             else:
                 result.append(docs)
         return answer({"result": result}, size)
