@@ -22,7 +22,7 @@ from eval.lazy import lazy_exports
 _EXPORTS = {
     "RunConfig": ("agents.config", "RunConfig"),
     "LLMConfig": ("agents.config", "LLMConfig"),
-    "from_settings": ("agents.config", "from_settings"),
+    "from_settings": ("agents.settings", "from_settings"),
     "run_dataset": ("agents.pipeline", "run"),
     "RunResult": ("agents.pipeline", "RunResult"),
     "run_query": ("agents.query", "run_query"),
@@ -41,10 +41,11 @@ __all__ = [  # the names, as tools read them; _EXPORTS says where each is
 ]
 
 if TYPE_CHECKING:
-    from agents.config import LLMConfig, RunConfig, from_settings
+    from agents.config import LLMConfig, RunConfig
     from agents.pipeline import RunResult
     from agents.pipeline import run as run_dataset
     from agents.query import QueryResult, arun_query, run_query
+    from agents.settings import from_settings
 
 
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)

@@ -69,7 +69,7 @@ def setup_logging() -> None:
 
 def paper_for(config: RunConfig) -> Reference | None:
     """R2MED's published row that ``config`` reproduces, or None."""
-    from agents.config import to_dict  # the commands have it loaded already
+    from agents.serialise import to_dict  # the commands have it loaded already
 
     return paper_reference(to_dict(config))
 
@@ -80,20 +80,20 @@ def report(result: TaskResult, paper: Reference | None = None) -> str:
     from eval.metrics import HEADLINE
 
     summary = result.summary
-    line = f"{result.folder}: {HEADLINE} = {summary['metrics'][HEADLINE]:.5f}"
-    if "bm25_baseline" in summary:
-        line += f" (BM25 without LLM: {summary['bm25_baseline'][HEADLINE]:.5f})"
-    if "run_file" in summary and summary.get("final_stage", AGENT_STAGE) != AGENT_STAGE:
+    line = f"{result.folder}: {HEADLINE} = {summary.metrics[HEADLINE]:.5f}"
+    if summary.bm25_baseline is not None:
+        line += f" (BM25 without LLM: {summary.bm25_baseline[HEADLINE]:.5f})"
+    if summary.run_file is not None and summary.final_stage != AGENT_STAGE:
         # the file's own lists, scored as they were read: what the stages were given
-        name = os.path.basename(summary["run_file"]["path"])
-        line += f" (first stage, {name}: {summary['stages'][AGENT_STAGE][HEADLINE]:.5f})"
+        name = os.path.basename(summary.run_file["path"])
+        line += f" (first stage, {name}: {summary.stages[AGENT_STAGE][HEADLINE]:.5f})"
     note = figure_note(paper, result.name, HEADLINE) if paper is not None else None
     if note is not None:  # the figure with its source (and the other's, where they conflict)
         line += f" ({note})"
-    line += _usage(summary["usage"])
-    if summary["failed"]:
-        line += f"; {summary['failed']} queries FAILED (see metrics.json)"
-    return line + f"\n  {summary['averaging']}"
+    line += _usage(summary.usage)
+    if summary.failed:
+        line += f"; {summary.failed} queries FAILED (see metrics.json)"
+    return line + f"\n  {summary.averaging}"
 
 
 def _usage(u: Mapping[str, int]) -> str:
@@ -122,14 +122,7 @@ def paper_average(result: RunResult, paper: Reference | None) -> str | None:
 def print_summary(result: RunResult, paper: Reference | None = None) -> int:
     """The run's leaderboard, the paper's average over the same tasks when the run
     reproduces a published row, and where it is; the exit status (1 when queries failed)."""
-    from eval.metrics import HEADLINE
-    from eval.report import leaderboard_markdown
-
-    table = leaderboard_markdown(
-        {result.run_dir.name: {f: t.metrics[HEADLINE] for f, t in result.tasks.items()}},
-        tasks=list(result.tasks),
-    )
-    print(table)
+    print(result.leaderboard())
     if (average := paper_average(result, paper)) is not None:
         print(average)
     print(f"wall time {result.seconds:.1f} s; run folder: {result.run_dir}")

@@ -18,7 +18,6 @@ entry or joined model file.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -26,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.config import RunConfig, binding, from_dict
+from agents.binding import binding
+from agents.config import RunConfig
 from agents.llm.dry import DryModel, Tally
 from agents.llm.tokens import price
 from agents.plan import Plan, TaskPlan, prepare
 from agents.registry import STAGES
 from agents.runner import ranking_of
+from agents.serialise import from_dict
 from eval import runs
 from eval.datasets import default_cache_dir
 from eval.usage import Usage
@@ -119,14 +120,15 @@ def estimate(config: RunConfig) -> Estimate:
 def run_state(plan: Plan) -> str | None:
     """None: no run folder yet; MEASURED: it holds this configuration; "other" otherwise."""
     try:
-        saved = from_dict(runs.read_config(plan.run_dir))
+        saved = from_dict(runs.RunFolder(plan.run_dir).config())
     except FileNotFoundError:
         return None
     except (ValueError, TypeError):
         return "other"
     # what only a run asks of its servers is taken as the folder says
-    mine = dataclasses.replace(plan.config, chat_template_sha256=saved.chat_template_sha256,
-                               generation_sha256=saved.generation_sha256)  # fmt: skip
+    kept = saved.recorded
+    mine = plan.config.with_recorded(chat_template_sha256=kept.chat_template_sha256,
+                                     generation_sha256=kept.generation_sha256)  # fmt: skip
     return MEASURED if binding(saved) == binding(mine) else "other"
 
 
@@ -188,14 +190,21 @@ async def _stage(
 ) -> dict[str, dict[str, float]]:
     """Measure the stage from its records, or count it by answering every query (``answer``:
     None for a stage that calls no model); the lists it hands on."""
-    found = {} if stage_dir is None else runs.read_records(
-        runs.records_path(stage_dir), fields=("query_id", "usage", "error", "ranking")
+    found = (
+        {}
+        if stage_dir is None
+        else runs.StageFolder(stage_dir).records(fields=("query_id", "usage", "error", "ranking"))
     )
     records = {q: r for q, r in found.items() if q in tp.queries and not r.get("error")}
     if records and stage.model is not None:  # the run's own records say what its queries cost
         usages = [Usage.from_dict(r.get("usage")) for r in records.values()]
-        _per_query(stage, len(usages), sum(u.calls for u in usages),
-                   sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages))
+        _per_query(
+            stage,
+            len(usages),
+            sum(u.calls for u in usages),
+            sum(u.prompt_tokens for u in usages),
+            sum(u.completion_tokens for u in usages),
+        )
         stage.source, stage.measured_queries = MEASURED, len(records)
         if len(records) < stage.queries:
             stage.notes.append(f"mean of the {len(records)} of {stage.queries} queries "

@@ -171,15 +171,17 @@ def duplicate_line(path: Path) -> str:
 def read_run_generations(run_dir: Path, folder: str, label: str) -> Generations:
     """The texts a run of ours generated for one task folder (as written: R2MED's rules read
     them again, for the model the source run recorded)."""
-    path = runs.records_path(run_dir / folder)
+    run = runs.RunFolder(run_dir)
+    task = run.task(folder)
+    path = task.records_path
     if not path.is_file():
         raise DataError(f"{path}: no such file (the source run has no finished task {folder!r})")
     texts = {}
-    for query_id, record in runs.read_records(path, fields=("generated", "error")).items():
+    for query_id, record in task.records(fields=("generated", "error")).items():
         passage = (record.get("generated") or {}).get("passage")
         if not record.get("error") and isinstance(passage, str):
             texts[query_id] = passage
-    llm = runs.read_config(run_dir).get("llm") or {}
+    llm = run.config().get("llm") or {}
     return Generations(label, path, _sha256(path), texts, llm.get("model"))
 
 
@@ -192,7 +194,7 @@ def check_run_source(run_dir: Path) -> None:
     if not run_dir.exists():
         raise DataError(f"{run_dir}: no such file or folder; give {SOURCE_FORMS}")
     try:
-        config = runs.read_config(run_dir)
+        config = runs.RunFolder(run_dir).config()
     except FileNotFoundError:
         raise DataError(
             f"{run_dir}: neither a .jsonl file nor a run folder (no {runs.CONFIG_FILE}); for "
@@ -201,7 +203,7 @@ def check_run_source(run_dir: Path) -> None:
     agent = config.get("agent")
     if agent not in GENERATE_AGENTS:
         raise DataError(
-            f"{run_dir / runs.CONFIG_FILE}: agent {agent!r} writes no text to replay "
+            f"{runs.RunFolder(run_dir).config_path}: agent {agent!r} writes no text to replay "
             f"(a source run must be one of {', '.join(GENERATE_AGENTS)})"
         )
 

@@ -5,7 +5,7 @@ changes the output, as one safe path component. `run_label` is what a table show
 retriever, model (or the generation source a replay reads), prompt version and rerank stages.
 Both start from the same parts, so a folder is named before a run and labelled after it by one
 rule. The pipeline writes the label into the run folder when the run ends
-(`eval.runs.write_run_summary`), so `eval.compare` shows it without reading a config.
+(`eval.runs.RunFolder.write_summary`), so `eval.compare` shows it without reading a config.
 
 They read an `agents.config.RunConfig`; it is typed here by the fields read (`NamedRun`),
 because the config imports this module to name its folders.
@@ -47,6 +47,11 @@ class NamedEval(Protocol):
     def ties(self) -> str: ...
 
 
+class NamedRecorded(Protocol):
+    @property
+    def prompts(self) -> Mapping[str, str]: ...
+
+
 class NamedRun(Protocol):
     """The fields of a `RunConfig` that names and labels are made of."""
 
@@ -75,7 +80,7 @@ class NamedRun(Protocol):
     def limit(self) -> int | None: ...
 
     @property
-    def prompts(self) -> Mapping[str, str]: ...
+    def recorded(self) -> NamedRecorded: ...
 
     @property
     def generations(self) -> str | None: ...
@@ -107,8 +112,8 @@ def run_label(config: NamedRun) -> str:
     "rerank:<kind>".
     """
     parts = _name_parts(config)
-    if config.prompts:
-        parts.append(f"p:{prompt_version(config.prompts)}")
+    if config.recorded.prompts:
+        parts.append(f"p:{prompt_version(config.recorded.prompts)}")
     parts += [f"rerank:{stage.kind}" for stage in config.rerank]
     return " ".join(parts)
 

@@ -19,14 +19,15 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 
-from agents.config import RunConfig, binding, default_run_name, differences, from_dict, to_dict
+from agents.binding import binding, differences
+from agents.config import RunConfig, default_run_name
 from agents.generations import describe as describe_generations
 from agents.naming import llm_free, run_label
 from agents.plan import Plan, RunError, TaskPlan, describe_sampling, prepare
@@ -34,13 +35,16 @@ from agents.registry import STAGES
 from agents.rerank import StageGraph
 from agents.run_file import RunFileLists, first_stage_records
 from agents.runner import ranking_of, run_queries
+from agents.serialise import from_dict, to_dict
 from eval import runs
 from eval.datasets import Task, task_fingerprint
 from eval.evaluate import Evaluation, evaluate, pad_run, top_k
 from eval.files import safe_name, writable_folder, write_text
 from eval.metrics import HEADLINE
+from eval.records import read_records, record_line
 from eval.report import leaderboard_markdown, results_json, write_results_json
-from eval.runs import record_line
+from eval.runs import RunFolder, StageFolder, TaskFolder
+from eval.task_summary import TaskSummary
 from eval.trec import write_run
 from eval.usage import Usage
 from retrievers.search import Retriever, SearchRequest, build_retriever
@@ -52,12 +56,12 @@ log = logging.getLogger("agents.pipeline")
 class TaskResult:
     name: str  # the task's own name
     folder: str  # its folder in the run (unique even when two tasks share a name)
-    summary: dict[str, Any]  # what metrics.json holds: metrics, stages, usage, failures, ...
+    summary: TaskSummary  # what metrics.json holds: metrics, stages, usage, failures, ...
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # the final stage's
 
     @property
     def metrics(self) -> dict[str, float]:
-        return self.summary["metrics"]
+        return self.summary.metrics
 
 
 @dataclass
@@ -69,7 +73,18 @@ class RunResult:
 
     @property
     def failed(self) -> int:
-        return sum(t.summary["failed"] for t in self.tasks.values())
+        return sum(t.summary.failed for t in self.tasks.values())
+
+    def leaderboard(self) -> str:
+        """The run's table, as its leaderboard.md holds it (`leaderboard`)."""
+        return leaderboard(self.run_dir.name, self.tasks)
+
+
+def leaderboard(run_name: str, tasks: Mapping[str, TaskResult]) -> str:
+    """A run's table (leaderboard.md, and what ``agents.run`` prints): the headline metric
+    of each task folder in R2MED's order, x100."""
+    scores = {folder: task.metrics[HEADLINE] for folder, task in tasks.items()}
+    return leaderboard_markdown({run_name: scores}, tasks=list(tasks))
 
 
 def run(
@@ -110,7 +125,7 @@ async def arun(
 
 def warn_unsent(plan: Plan) -> None:
     """Say, once per node, what sampling was asked for and is not sent."""
-    for name, entry in plan.config.sampling.items():
+    for name, entry in plan.config.recorded.sampling.items():
         if entry["not_sent"]:
             log.warning("%s on %s (preset %s): %s", name, entry["model"], entry["preset"],
                         describe_sampling(entry))  # fmt: skip
@@ -143,13 +158,9 @@ async def _arun(
             results[tp.folder] = result
             if on_task is not None:
                 on_task(result)
-        table = leaderboard_markdown(
-            {run_dir.name: {f: r.metrics[HEADLINE] for f, r in results.items()}},
-            tasks=list(results),
-        )
-        runs.write_leaderboard(run_dir, table + "\n")
-        runs.write_run_summary(
-            run_dir,
+        folder = RunFolder(run_dir)
+        folder.write_leaderboard(leaderboard(run_dir.name, results) + "\n")
+        folder.write_summary(
             {f: r.summary for f, r in results.items()},
             label=run_label(config),
             llm_free=llm_free(config),
@@ -170,7 +181,7 @@ def lock_run_dir(path: Path) -> FileLock:
     The lock is the kernel's (flock), so a crashed holder never leaves it stuck.
     """
     path.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(path / runs.LOCK_FILE, timeout=0)
+    lock = FileLock(RunFolder(path).lock_path, timeout=0)
     try:
         lock.acquire()
     except Timeout:
@@ -188,9 +199,10 @@ def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
     between a run and its resumption. With `overwrite` only this run's own folder is emptied
     (it is one path component inside the runs dir, see `check_component`), never its parent.
     """
-    if (path / runs.CONFIG_FILE).exists():
+    folder = RunFolder(path)
+    if folder.config_path.exists():
         try:
-            old = binding(from_dict(runs.read_config(path)))
+            old = binding(from_dict(folder.config()))
         except (ValueError, TypeError) as e:  # damaged, or written by an unknown version
             if not overwrite:
                 raise RunError(
@@ -198,7 +210,7 @@ def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
                 ) from None
             old = None
         if old == binding(cfg):
-            runs.write_config(path, to_dict(cfg))  # runtime settings as this run uses them
+            folder.write_config(to_dict(cfg))  # runtime settings as this run uses them
             return
         if not overwrite:
             diff = differences(old, binding(cfg)) if isinstance(old, dict) else ["config"]
@@ -207,7 +219,7 @@ def open_run_dir(path: Path, cfg: RunConfig, overwrite: bool) -> None:
                 f"{', '.join(diff)}); pass --overwrite to replace it or --run-name for a new one"
             )
         _empty_run_dir(path)
-    runs.write_config(path, to_dict(cfg))
+    folder.write_config(to_dict(cfg))
 
 
 def _empty_run_dir(path: Path) -> None:
@@ -226,12 +238,13 @@ def check_task_data(out: Path, task: Task, fingerprint: dict[str, str]) -> None:
     A changed qrels file only needs the (free) metrics recomputed, which `run_task` does;
     records ranked over another corpus or answering other query texts cannot be reused.
     """
+    folder = TaskFolder(out)
     try:
-        info = runs.read_task_info(out)
+        info = folder.info()
         old = None if info is None else dict(info["fingerprint"])
     except (ValueError, KeyError, TypeError):
         raise RunError(
-            f"{out / runs.TASK_FILE}: damaged, cannot tell which data this run used; pass "
+            f"{folder.info_path}: damaged, cannot tell which data this run used; pass "
             "--overwrite to redo the run"
         ) from None
     if old is None:
@@ -246,37 +259,38 @@ def check_task_data(out: Path, task: Task, fingerprint: dict[str, str]) -> None:
 
 def adopt_records(source_dir: Path, stage_dir: Path) -> None:
     """Copy a finished stage's records from the source run, unless this run has them."""
-    target = runs.records_path(stage_dir)
+    target = StageFolder(stage_dir).records_path
     if target.exists():
         return
     stage_dir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp")
-    shutil.copyfile(runs.records_path(source_dir), tmp)
+    shutil.copyfile(StageFolder(source_dir).records_path, tmp)
     tmp.replace(target)
 
 
 def adopt_run_file(lists: RunFileLists, queries: dict[str, str], out: Path) -> dict[str, dict]:
     """The first stage's records from a run file's lists, written once (whole, atomically):
     a resumed run reads them back, and its binding holds the file's sha256."""
-    path = runs.records_path(out)
+    path = StageFolder(out).records_path
     if not path.exists():
         write_text(path, "".join(record_line(r) for r in first_stage_records(lists, queries)))
-    return {q: r for q, r in runs.read_records(path).items() if q in queries}
+    return {q: r for q, r in read_records(path).items() if q in queries}
 
 
-def _source_task(source_dir: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
+def _source_task(source_dir: Path, fingerprint: dict[str, str]) -> TaskSummary:
     """The source run's summary of a task, which must be finished on the same data."""
-    summary = runs.read_task_summary(source_dir)
-    if summary is None or not runs.records_path(source_dir).exists():
+    source = TaskFolder(source_dir)
+    summary = source.summary()
+    if summary is None or not source.records_path.exists():
         raise RunError(
             f"{source_dir}: this task of the source run is not finished; resume that run first"
         )
-    if summary.get("failed"):
+    if summary.failed:
         raise RunError(
-            f"{source_dir}: {summary['failed']} queries of the source run failed; resume that "
+            f"{source_dir}: {summary.failed} queries of the source run failed; resume that "
             "run first (re-run its command) so every query has a first-stage list"
         )
-    old = summary.get("data") or {}
+    old = summary.data
     changed = [p for p in ("corpus", "queries") if old.get(p) != fingerprint[p]]
     if changed:
         raise RunError(
@@ -299,12 +313,13 @@ async def run_task(
     """
     config, task, queries = plan.config, tp.task, tp.queries
     out = plan.run_dir / tp.folder
-    summary = runs.read_task_summary(out)
-    if summary is not None and not summary.get("failed") and summary.get("data") == fingerprint:
-        log.info("%s: already finished, reading %s", task.name, out / runs.TASK_METRICS_FILE)
+    folder = TaskFolder(out)
+    summary = folder.summary()
+    if summary is not None and not summary.failed and summary.data == fingerprint:
+        log.info("%s: already finished, reading %s", task.name, folder.summary_path)
         return TaskResult(task.name, out.name, summary)
-    runs.write_task_info(out, {"task": task.name, "path": str(task.path),
-                               "fingerprint": fingerprint})  # fmt: skip
+    folder.write_info({"task": task.name, "path": str(task.path),
+                       "fingerprint": fingerprint})  # fmt: skip
     started = time.perf_counter()
     qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
     concurrency = config.llm.concurrency if config.llm else 4
@@ -312,8 +327,7 @@ async def run_task(
     if tp.source_dir is not None:
         source_summary = _source_task(tp.source_dir, fingerprint)
         adopt_records(tp.source_dir, out)
-        records = {q: r for q, r in runs.read_records(runs.records_path(out)).items()
-                   if q in queries}  # fmt: skip
+        records = {q: r for q, r in folder.records().items() if q in queries}
     elif tp.run_file is not None:
         records = adopt_run_file(tp.run_file, queries, out)
     else:
@@ -321,7 +335,7 @@ async def run_task(
         records = await run_queries(
             graph,
             queries,
-            runs.records_path(out),
+            folder.records_path,
             concurrency=concurrency,
             progress=progress,
             label=f"{task.name} [{config.agent}]",
@@ -334,63 +348,65 @@ async def run_task(
     usage = _usage(records)
     outcomes: dict[str, dict[str, int]] = {}  # stage folder -> how its replies were read
     for i, stage_config in enumerate(config.rerank, 1):
-        folder = out / runs.stage_dir_name(i, stage_config.kind)
+        stage = folder.stage(i, stage_config.kind)
         if tp.source_dir is not None and plan.source.rerank[:i] == config.rerank[:i]:
-            adopt_records(tp.source_dir / folder.name, folder)  # the same stage, the same lists
+            adopt_records(tp.source_dir / stage.name, stage.path)  # the same stage, the same lists
         graph = stage_graph(plan, tp, i, stage_config, records)
         records = await run_queries(
             graph,
             {q: queries[q] for q in graph.rankings},
-            runs.records_path(folder),
+            stage.records_path,
             concurrency=concurrency,
             progress=progress,
             label=f"{task.name} [{stage_config.kind}]",
         )
         failed.update({q: r["error"] for q, r in records.items() if r["error"]})
         usage.add(_usage(records))
-        evaluation = _score_stage(folder, records, qrels, task, config)
-        stages[folder.name] = evaluation.mean
-        stage_dirs.append(folder)
+        evaluation = _score_stage(stage.path, records, qrels, task, config)
+        stages[stage.name] = evaluation.mean
+        stage_dirs.append(stage.path)
         counted = _outcomes(records)
         if counted:
-            outcomes[folder.name] = counted
+            outcomes[stage.name] = counted
 
     seconds = time.perf_counter() - started
     minutes = f"{seconds / 60:.2f} minutes"
     results = results_json(evaluation, task.name, default_run_name(config), minutes)
-    write_results_json(results, runs.results_path(out))
-    summary = {
-        "task": task.name,
-        "notes": task.notes,
-        "metrics": evaluation.mean,
-        "averaging": evaluation.describe(),
-        "queries": len(queries),
-        "failed": len(failed),
-        "failures": failed,
-        "usage": usage.to_dict(),
-        "searches_per_query": _searches_per_query(runs.read_records(runs.records_path(out))),
-        "seconds": round(seconds, 3),
-        "data": fingerprint,
-        "stages": stages,
-        "final_stage": stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
-    }
+    write_results_json(results, folder.results_path)
+    some: dict[str, Any] = {}  # what only some tasks have
     if outcomes:
-        summary["outcomes"] = outcomes
+        some["outcomes"] = outcomes
     if tp.generations is not None:
-        summary["generations"] = describe_generations(tp.generations, list(queries))
+        some["generations"] = describe_generations(tp.generations, list(queries))
     if tp.run_file is not None:
-        summary["run_file"] = {"path": str(tp.run_file.path), "sha256": tp.run_file.sha256,
-                               "missing": tp.run_file.missing,
-                               "repeated_lines": len(tp.run_file.repeated)}  # fmt: skip
+        some["run_file"] = {"path": str(tp.run_file.path), "sha256": tp.run_file.sha256,
+                            "missing": tp.run_file.missing,
+                            "repeated_lines": len(tp.run_file.repeated)}  # fmt: skip
     if tp.source_dir is not None:
-        summary["source_run"] = str(tp.source_dir)
-        if "bm25_baseline" in source_summary and source_summary.get("data") == fingerprint:
-            summary["bm25_baseline"] = source_summary["bm25_baseline"]
+        some["source_run"] = str(tp.source_dir)
+        if source_summary.bm25_baseline is not None and source_summary.data == fingerprint:
+            some["bm25_baseline"] = source_summary.bm25_baseline
     elif plan.spec.name != "none" and bm25 is not None:
         base_run = final_run(baseline_run(bm25, queries, config.eval.depth), task, config)
         base = evaluate(qrels, base_run, missing=config.eval.missing, ties=config.eval.ties)
-        summary["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}
-    runs.write_task_summary(out, summary)  # last: with failed == 0 it marks the task done
+        some["bm25_baseline"] = {HEADLINE: base.mean[HEADLINE]}
+    summary = TaskSummary(
+        task=task.name,
+        notes=task.notes,
+        metrics=evaluation.mean,
+        averaging=evaluation.describe(),
+        queries=len(queries),
+        failed=len(failed),
+        failures=failed,
+        usage=usage.to_dict(),
+        searches_per_query=_searches_per_query(folder.records()),
+        seconds=round(seconds, 3),
+        data=fingerprint,
+        stages=stages,
+        final_stage=stage_dirs[-1].name if len(stage_dirs) > 1 else runs.AGENT_STAGE,
+        **some,
+    )
+    folder.write_summary(summary)  # last: with failed == 0 it marks the task done
     return TaskResult(task.name, out.name, summary, records)
 
 
@@ -412,10 +428,11 @@ def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, R
             config.retriever, task, plan.cache_dir, progress, embedding_transport(config)
         )
     )
-    if config.retriever_index:  # each server's answers checked against what the run is bound to
+    indexes = config.recorded.retriever_index
+    if indexes:  # each server's answers checked against what the run is bound to
         from retrievers.remote import bind
 
-        bind(retriever, config.retriever_index.get(tp.folder, {}), task.corpus)
+        bind(retriever, indexes.get(tp.folder, {}), task.corpus)
     return plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)), bm25
 
 
@@ -436,9 +453,10 @@ def _score_stage(
     run = final_run({q: ranking_of(r) for q, r in records.items() if not r["error"]}, task, config)
     evaluation = evaluate(qrels, run, missing=config.eval.missing, ties=config.eval.ties)
     tag = f"r2med-agents-{safe_name(config.agent)}"
-    write_run(run, runs.run_trec_path(folder), tag=tag, depth=config.eval.depth,
+    stage = StageFolder(folder)
+    write_run(run, stage.run_trec_path, tag=tag, depth=config.eval.depth,
               ties=config.eval.ties)  # fmt: skip
-    runs.write_per_query(folder, evaluation.per_query)
+    stage.write_per_query(evaluation.per_query)
     return evaluation
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.config import RunConfig, default_run_name, from_dict
+from agents.config import RunConfig, default_run_name
 from agents.generations import Generations
 from agents.graphs.context import AgentContext
 from agents.llm.embedded import is_local
@@ -25,6 +25,7 @@ from agents.llm.prefix_cache import evaluation_settings
 from agents.registry import AGENTS, STAGES, AgentSpec
 from agents.rerank import StageContext
 from agents.run_file import RunFileLists, missing_line, read_run_file, repeated_line
+from agents.serialise import from_dict
 from eval import runs
 from eval.datasets import Task, default_cache_dir, load_tasks
 from eval.files import safe_name, writable_folder
@@ -85,7 +86,7 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     `agents.llm.dry.DryModel`) the clients answer from it and nothing is contacted or
     created: no cache folder, no server asked for its template, no generations read."""
     if config.llm is not None:
-        from agents.llm.client import check_credentials, check_model
+        from agents.llm.keys import check_credentials, check_model
 
         for model, api_base in config.llm_targets():
             check_model(model)
@@ -107,16 +108,15 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     if config.run_file:
         config = read_first_stage(config, plans)
     if dry is None:  # the retrieval servers' indexes, checked to be over these corpora
-        config = dataclasses.replace(config, retriever_index=remote_indexes(config, plans))
+        config = config.with_recorded(retriever_index=remote_indexes(config, plans))
     prompts = record_prompts(spec, config, plans, source)
-    config = dataclasses.replace(config, prompts=prompts, sampling=record_sampling(config, source))
+    config = config.with_recorded(prompts=prompts, sampling=record_sampling(config, source))
     embedded = {m: evaluation_settings(m) for m, _ in config.llm_targets()}
-    config = dataclasses.replace(config, embedded={m: s for m, s in embedded.items() if s})
+    config = config.with_recorded(embedded={m: s for m, s in embedded.items() if s})
     if config.generations and source is None and dry is None:  # a rerank reads its source's
         read_generations(config, plans, cache_dir)
-        config = dataclasses.replace(
-            config, generation_sha256={p.folder: p.generations.sha256 for p in plans}
-        )
+        sha256 = {p.folder: p.generations.sha256 for p in plans}
+        config = config.with_recorded(generation_sha256=sha256)
     # the clients last, once every input is checked: sizing the embedded model's pool reads
     # (and first joins) its file, and a llama.cpp server is asked for its chat template
     pools = {} if dry is not None else local_pools(config, cache_dir)
@@ -127,14 +127,14 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
             client.prepare()
         templates = [c.template.sha256 for c in llms.values() if c.template is not None]
         if templates:
-            config = dataclasses.replace(config, chat_template_sha256=templates[0])
+            config = config.with_recorded(chat_template_sha256=templates[0])
         from agents import machine
 
         embedded = any(is_local(model) for model, _ in config.llm_targets())
         described = machine.describe(embedded)
         if pools:  # how many llama.cpp instances serve each embedded model, and why
             described = {**described, "local_pool": {m: p.to_dict() for m, p in pools.items()}}
-        config = dataclasses.replace(config, machine=described)
+        config = config.with_recorded(machine=described)
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
 
@@ -157,7 +157,7 @@ def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:
     ):
         if line:
             log.warning("%s", line)
-    return dataclasses.replace(config, run_file_sha256=tp.run_file.sha256)
+    return config.with_recorded(run_file_sha256=tp.run_file.sha256)
 
 
 def remote_indexes(config: RunConfig, plans: list[TaskPlan]) -> dict[str, dict[str, Any]]:
@@ -197,7 +197,9 @@ def record_prompts(
     if source is not None:
         stage_families = {f for s in STAGES.values() for f in s.prompts}
         used.update(
-            (n, h) for n, h in source.prompts.items() if n.split("/")[0] not in stage_families
+            (n, h)
+            for n, h in source.recorded.prompts.items()
+            if n.split("/")[0] not in stage_families
         )
     for tp in plans:
         # a rerank of a finished run sends no agent prompt, nor does a replay of generations
@@ -243,7 +245,8 @@ def record_sampling(config: RunConfig, source: RunConfig | None = None) -> dict[
         out[f"{name}/{node}"] = {"model": model, "preset": llm.preset, **sampling.to_dict()}
 
     if source is not None:
-        out.update((k, v) for k, v in source.sampling.items() if k.split("/")[0] == config.agent)
+        recorded = source.recorded.sampling.items()
+        out.update((k, v) for k, v in recorded if k.split("/")[0] == config.agent)
     elif config.agent_calls_llm:
         server = resolve_server(llm.server, llm.model)
         for node in AGENTS[config.agent].llm_nodes:
@@ -272,7 +275,7 @@ def node_sampling(config: RunConfig, name: str) -> dict[str, dict[str, Any]]:
     prefix = f"{name}/"
     return {
         k.removeprefix(prefix): dict(v["params"])
-        for k, v in config.sampling.items()
+        for k, v in config.recorded.sampling.items()
         if k.startswith(prefix)
     }
 
@@ -312,7 +315,7 @@ def local_pools(config: RunConfig, cache_dir: Path) -> dict[str, Any]:
     """model -> the llama.cpp instances that serve each local/ model the run calls."""
     if config.llm is None:
         return {}
-    from agents.llm.local import pool_plan
+    from agents.llm.pool import pool_plan
 
     llm = config.llm
     models = dict.fromkeys(m for m, _ in config.llm_targets() if is_local(m))
@@ -385,22 +388,21 @@ def task_folders(tasks: list[Task]) -> list[str]:
     return folders
 
 
-FIRST_STAGE_FIELDS = (
-    "agent", "dataset", "options", "retriever", "limit", "eval", "generations",
-    "generation_sha256",
-)  # fmt: skip
+FIRST_STAGE_FIELDS = ("agent", "dataset", "options", "retriever", "limit", "eval", "generations")
 
 
 def read_source_run(config: RunConfig) -> RunConfig:
     """The finished run `config` reranks, checked to have made the same first stage."""
     path = Path(config.source_run or "")
     try:
-        source = from_dict(runs.read_config(path))
+        source = from_dict(runs.RunFolder(path).config())
     except runs.NotARunFolder as e:
         raise RunError(str(e)) from None
     except (ValueError, TypeError) as e:
-        raise RunError(f"{path / runs.CONFIG_FILE}: {e}") from None
+        raise RunError(f"{runs.RunFolder(path).config_path}: {e}") from None
     differ = [f for f in FIRST_STAGE_FIELDS if getattr(source, f) != getattr(config, f)]
+    if source.recorded.generation_sha256 != config.recorded.generation_sha256:
+        differ.append("generation_sha256")  # the generations it read
     if source.llm is not None and source.agent_calls_llm:
         mine = dataclasses.replace(
             config.llm,

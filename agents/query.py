@@ -154,7 +154,8 @@ async def arun_query(
             from agents.llm.client import close_clients
 
             await close_clients()
-    return QueryResult(qid, query, tp.folder, stages, dict(plan.config.prompts), plan.config,
+    prompts = dict(plan.config.recorded.prompts)
+    return QueryResult(qid, query, tp.folder, stages, prompts, plan.config,
                        round(time.perf_counter() - started, 3))  # fmt: skip
 
 

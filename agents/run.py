@@ -1,6 +1,6 @@
 """Run an agent over one or more tasks and score it: `python -m agents.run --agent hyde ...`.
 
-A thin command line over `agents.pipeline.run`: the flags are `agents.config.SETTINGS`, they
+A thin command line over `agents.pipeline.run`: the flags are `agents.settings.SETTINGS`, they
 build a `RunConfig`, the pipeline runs it, and `agents.cli` prints what came out. A run folder
 (`--runs-dir`/`--run-name`) is bound to its configuration; re-running the same command
 resumes it. See agents/pipeline.py for what the folder holds.
@@ -12,8 +12,9 @@ import argparse
 
 from agents import cli
 from agents.cli import command, paper_for, print_summary, setup_logging, task_printer
-from agents.config import DEFAULT_MODEL, add_arguments, from_settings, settings_from_args
+from agents.config import DEFAULT_MODEL
 from agents.registry import AGENTS, STAGES
+from agents.settings import add_arguments, from_settings, settings_from_args
 from eval.datasets import R2MED_TASKS
 from retrievers.config import RETRIEVERS  # not .search: --help loads no index code
 

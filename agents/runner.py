@@ -28,7 +28,7 @@ from agents import secrets
 from agents.graphs.context import steps_usage
 from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
-from eval.runs import read_records, record_line
+from eval.records import QueryRecord, read_records, record_line
 from retrievers.remote import RemoteRunError
 
 # faults of the run, not of one query (a rejected key, a retrieval server that now holds
@@ -61,17 +61,17 @@ async def run_one(graph: Any, query_id: str, query: str) -> dict:
     except Exception as e:  # one query's failure must not end the run; it is recorded
         error = redact(f"{type(e).__name__}: {e}")
     steps = state.get("steps", [])
-    return {
-        "query_id": query_id,
-        "query": query,
-        "ranking": [[d, s] for d, s in state.get("ranking", {}).items()],
-        "generated": state.get("generated", {}),
-        "searches": state.get("searches", 0),
-        "usage": steps_usage(steps).to_dict(),
-        "seconds": round(time.perf_counter() - started, 4),
-        "error": error,
-        "steps": steps,
-    }
+    return QueryRecord(
+        query_id=query_id,
+        query=query,
+        ranking=[[d, s] for d, s in state.get("ranking", {}).items()],
+        generated=state.get("generated", {}),
+        searches=state.get("searches", 0),
+        usage=steps_usage(steps).to_dict(),
+        seconds=round(time.perf_counter() - started, 4),
+        error=error,
+        steps=steps,
+    ).to_dict()
 
 
 def _end_torn_line(path: Path) -> None:

@@ -2,7 +2,7 @@
 
 The TOML file (see docs/sweep-example.toml) lists agents × retrievers × models × prompt
 variants × rerank chains × datasets, plus settings shared by every cell (`[options]`: any key of
-`agents.config.SETTINGS`, i.e. any `agents.run` flag without "--", "_" for "-"). Each cell is
+`agents.settings.SETTINGS`, i.e. any `agents.run` flag without "--", "_" for "-"). Each cell is
 a `RunConfig`, run in-process by `agents.pipeline.run` in `<output>/runs/<cell>`, all with
 the same cache folder, so indexes and LLM answers are shared. Running the sweep again
 resumes it: finished tasks are read back and only what is missing is answered. At the end
@@ -44,24 +44,15 @@ from typing import Any
 
 from agents import cli
 from agents.cli import command, paper_average, paper_for, refused, setup_logging, task_printer
-from agents.config import (
-    DEFAULT_MODEL,
-    SETTINGS,
-    STAGE_WIDE,
-    ConfigError,
-    RunConfig,
-    default_run_name,
-    from_settings,
-    parse_stage,
-    stage_kind,
-    takes_wide,
-    to_dict,
-)
+from agents.config import DEFAULT_MODEL, ConfigError, RunConfig, default_run_name
 from agents.registry import AGENTS, STAGES
+from agents.serialise import to_dict
+from agents.settings import SETTINGS, from_settings
+from agents.stages import STAGE_WIDE, parse_stage, stage_kind, takes_wide
 from eval.datasets import default_cache_dir
 from eval.files import safe_name, writable_folder, write_json
 from eval.metrics import HEADLINE
-from eval.runs import CONFIG_FILE
+from eval.runs import RunFolder
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from prompts import prompt_family
 
@@ -538,7 +529,7 @@ def run_sweep(sweep: Sweep) -> int:
     failed = [n for n, rc in status.items() if rc != 0]
     by_dataset: dict[str, list[Cell]] = {}
     for cell in grid:
-        if (runs_dir / cell.name / CONFIG_FILE).is_file() and status[cell.name] in (0, 1):
+        if RunFolder(runs_dir / cell.name).config_path.is_file() and status[cell.name] in (0, 1):
             by_dataset.setdefault(cell.dataset, []).append(cell)
     for dataset, group in by_dataset.items():
         out = sweep.output / "comparison"

@@ -19,7 +19,7 @@ from typing import Any
 
 from agents.cli import command
 from eval.argtypes import positive_int
-from eval.runs import QrelsError, read_records, records_path, run_qrels, stage_chain, task_dirs
+from eval.runs import QrelsError, RunFolder, TaskFolder
 
 WIDTH = 100
 
@@ -28,13 +28,13 @@ def find_record(run_dir: Path, query_id: str, task: str | None = None) -> tuple[
     """The (task, record) of `query_id`; ValueError naming what was looked at otherwise."""
     folders = [
         p
-        for p in task_dirs(run_dir)
-        if (task is None or p.name == task) and records_path(p).is_file()
+        for p in RunFolder(run_dir).tasks()
+        if (task is None or p.name == task) and p.records_path.is_file()
     ]
     if not folders:
         raise ValueError(f"{run_dir}: no <task>/queries.jsonl here; is it a run folder?")
     for folder in folders:
-        record = read_records(records_path(folder)).get(query_id)
+        record = folder.records().get(query_id)
         if record is not None:
             return folder.name, record
     tasks = ", ".join(p.name for p in folders)
@@ -44,8 +44,8 @@ def find_record(run_dir: Path, query_id: str, task: str | None = None) -> tuple[
 def stage_records(task_dir: Path, query_id: str) -> list[tuple[str, dict]]:
     """(stage folder, record) of `query_id` in each stage after the agent's, up to the final."""
     found = []
-    for stage in stage_chain(task_dir)[1:]:
-        record = read_records(records_path(stage)).get(query_id)
+    for stage in TaskFolder(task_dir).stage_chain()[1:]:
+        record = stage.records().get(query_id)
         if record is not None:
             found.append((stage.name, record))
     return found
@@ -193,7 +193,7 @@ def _trace(args: argparse.Namespace) -> int:
     grades = None
     if not args.no_qrels:
         try:
-            grades = run_qrels(args.run_dir, task, args.cache_dir).get(args.query_id, {})
+            grades = RunFolder(args.run_dir).qrels(task, args.cache_dir).get(args.query_id, {})
         except QrelsError as e:  # the trajectory is still worth reading
             print(f"note: relevant documents not marked: {e}", file=sys.stderr)
     print(format_record(task, record, args.chars, stages, grades))

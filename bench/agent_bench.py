@@ -53,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import agents.llm.client as llm_module  # noqa: E402
+import agents.llm.responses as responses_module  # noqa: E402
 import agents.pipeline as pipeline_module  # noqa: E402
 import agents.run as run_module  # noqa: E402
 from agents.graphs.search_o1 import BEGIN_QUERY  # noqa: E402
@@ -292,7 +293,9 @@ def _direct_call(
 
 ABLATIONS: dict[str, Callable[[], Any]] = {
     "fsync per record -> none": lambda: patched(os, "fsync", lambda fd: None),
-    "litellm.completion_cost -> skipped": lambda: patched(llm_module, "_cost", lambda r, m: None),
+    "litellm.completion_cost -> skipped": lambda: patched(
+        responses_module, "_cost", lambda r, m: None
+    ),
     "turn_off_message_logging -> False": lambda: patched(
         litellm, "turn_off_message_logging", False
     ),

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import sys
 import tempfile
@@ -41,9 +40,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from agents.llm import prefix_cache  # noqa: E402
 from agents.llm.embedded import local_name  # noqa: E402
-from agents.llm.local import SINGLE, generate, load_pool, model_file, pool_plan  # noqa: E402
+from agents.llm.generation import generate  # noqa: E402
+from agents.llm.pool import SINGLE, load_pool, pool_plan  # noqa: E402
 from agents.llm.prefix_cache import PrefixStore  # noqa: E402
+from agents.llm.weights import model_file  # noqa: E402
 from eval.metrics import HEADLINE  # noqa: E402
+from eval.runs import TaskFolder  # noqa: E402
 
 CONCURRENCY = 4  # the main job's default --concurrency
 TOPICS = ("insulin", "statins", "aspirin", "sepsis", "anemia", "asthma", "warfarin", "gout")
@@ -140,12 +142,12 @@ def main_job(model: str, plan, chunk: int, reuse: bool, folder: Path, extra: lis
         code = run_main(argv)
     seconds = time.perf_counter() - started
     assert code == 0, f"the main job exited {code}"
-    task = folder / "runs" / name / "demo"
-    summary = json.loads((task / "metrics.json").read_text())
-    records = [json.loads(line) for line in open(task / "queries.jsonl")]
-    texts = {r["query_id"]: r.get("generated") for r in records}  # written as queries end
+    task = TaskFolder(folder / "runs" / name / "demo")
+    summary = task.summary()
+    assert summary is not None, f"{task.summary_path}: not written"
+    texts = {q: r.get("generated") for q, r in task.iter_records()}  # written as queries end
     stats = pool.prefixes.stats
-    return {"seconds": seconds, "usage": summary["usage"], "metrics": summary["metrics"],
+    return {"seconds": seconds, "usage": summary.usage, "metrics": summary.metrics,
             "texts": texts, "restored": stats.restored_tokens}  # fmt: skip
 
 
@@ -202,8 +204,10 @@ def main() -> None:
     default_chunk = prefix_cache.CHUNK
     for chunk in [int(c) for c in args.chunks.split(",") if c]:
         alone, pooled = chunk_speeds(model, plan, chunk, args)
-        print(f"  chunk {chunk}: prompt {alone:.0f} tok/s one call alone on one instance, "
-              f"{pooled:.0f} tok/s {args.calls} calls through {n} instances")
+        print(
+            f"  chunk {chunk}: prompt {alone:.0f} tok/s one call alone on one instance, "
+            f"{pooled:.0f} tok/s {args.calls} calls through {n} instances"
+        )
     if not args.main_job:
         return
     for chunk in [int(c) for c in args.main_chunks.split(",") if c]:

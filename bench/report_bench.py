@@ -50,16 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from eval.datasets import R2MED_TASKS, load_folder, task_fingerprint  # noqa: E402
 from eval.evaluate import evaluate  # noqa: E402
 from eval.metrics import HEADLINE  # noqa: E402
+from eval.records import record_line  # noqa: E402
 from eval.report import leaderboard_markdown  # noqa: E402
-from eval.runs import (  # noqa: E402
-    record_line,
-    write_config,
-    write_leaderboard,
-    write_per_query,
-    write_run_summary,
-    write_task_info,
-    write_task_summary,
-)
+from eval.runs import RunFolder  # noqa: E402
+from eval.task_summary import TaskSummary  # noqa: E402
 from eval.trec import write_run  # noqa: E402
 from tests.browser import find_chromium, start_chromium  # noqa: E402
 
@@ -266,16 +260,17 @@ def make_runs(root: Path, size: Size, docs: int, seed: int = 0) -> tuple[list[Pa
     folders, record_bytes = [], 0
     for index in range(size.runs):
         run_dir = root / "runs" / f"run-{index}"
-        write_config(run_dir, config(index, dataset, root / "runs"))
+        run = RunFolder(run_dir)
+        run.write_config(config(index, dataset, root / "runs"))
         hit = 0.35 + 0.1 * index  # later runs find more
         summaries, means = {}, {}
         for task in tasks:
-            task_dir = run_dir / task.name
-            write_task_info(task_dir, {"task": task.name, "path": str(task.path),
-                                       "fingerprint": task_fingerprint(task)})  # fmt: skip
+            folder = run.task(task.name)
+            folder.write_info({"task": task.name, "path": str(task.path),
+                               "fingerprint": task_fingerprint(task)})  # fmt: skip
             rankings: dict[str, dict[str, float]] = {}
             calls = prompt_tokens = completion_tokens = 0
-            with open(task_dir / "queries.jsonl", "w", encoding="utf-8") as f:
+            with open(folder.records_path, "w", encoding="utf-8") as f:
                 for qid, text in task.queries.items():
                     judged = list(task.qrels[qid])
                     final = ranked(words.rng, judged, docs, DEPTH, hit)
@@ -292,25 +287,25 @@ def make_runs(root: Path, size: Size, docs: int, seed: int = 0) -> tuple[list[Pa
                     calls += record["usage"]["calls"]
                     prompt_tokens += record["usage"]["prompt_tokens"]
                     completion_tokens += record["usage"]["completion_tokens"]
-            write_run(rankings, task_dir / "run.trec", depth=DEPTH)
+            write_run(rankings, folder.run_trec_path, depth=DEPTH)
             evaluation = evaluate(task.qrels, rankings)
-            write_per_query(task_dir, evaluation.per_query)
-            summary = {
-                "task": task.name, "notes": [], "metrics": evaluation.mean,
-                "averaging": evaluation.describe(), "queries": len(rankings), "failed": 0,
-                "failures": {},
-                "usage": usage(calls, prompt_tokens, completion_tokens, words.rng),
-                "searches_per_query": float(SEARCHES if index else 0),
-                "seconds": round(len(rankings) * (12.0 if index else 0.002), 3),
-                "data": task_fingerprint(task), "stages": {"agent": evaluation.mean},
-                "final_stage": "agent",
-            }  # fmt: skip
-            write_task_summary(task_dir, summary)
+            folder.write_per_query(evaluation.per_query)
+            summary = TaskSummary(
+                task=task.name, notes=[], metrics=evaluation.mean,
+                averaging=evaluation.describe(), queries=len(rankings), failed=0,
+                failures={},
+                usage=usage(calls, prompt_tokens, completion_tokens, words.rng),
+                searches_per_query=float(SEARCHES if index else 0),
+                seconds=round(len(rankings) * (12.0 if index else 0.002), 3),
+                data=task_fingerprint(task), stages={"agent": evaluation.mean},
+                final_stage="agent",
+            )  # fmt: skip
+            folder.write_summary(summary)
             summaries[task.name] = summary
             means[task.name] = evaluation.mean[HEADLINE]
-        write_run_summary(run_dir, summaries)
+        run.write_summary(summaries)
         names = [t.name for t in tasks]
-        write_leaderboard(run_dir, leaderboard_markdown({f"run-{index}": means}, names))
+        run.write_leaderboard(leaderboard_markdown({f"run-{index}": means}, names))
         folders.append(run_dir)
     return folders, record_bytes
 

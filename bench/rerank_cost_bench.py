@@ -35,12 +35,13 @@ from pathlib import Path
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.config import from_settings  # noqa: E402
 from agents.llm import scripted  # noqa: E402
+from agents.llm.chatml import render_chatml  # noqa: E402
 from agents.llm.dry import FILLER_WORD  # noqa: E402
-from agents.llm.local import LOCAL_MODELS, model_file, render_chatml  # noqa: E402
+from agents.llm.weights import LOCAL_MODELS, model_file  # noqa: E402
 from agents.pipeline import run  # noqa: E402
-from eval.runs import read_records, records_path, stage_chain  # noqa: E402
+from agents.settings import from_settings  # noqa: E402
+from eval.runs import TaskFolder  # noqa: E402
 
 KINDS = ("llm-pointwise", "llm-listwise", "insertrank", "reasonrank", "rank1")
 FORCED = "forced"  # the rank1 row whose replies all need the forced call
@@ -104,9 +105,9 @@ def measure(counter: Counter, settings: dict, workdir: Path, name: str) -> dict:
         progress=False,
     )
     (task,) = result.tasks.values()
-    task_dir = result.run_dir / task.folder
-    records = read_records(records_path(stage_chain(task_dir)[-1]))
-    first = read_records(records_path(task_dir))
+    folder = TaskFolder(result.run_dir / task.folder)
+    records = folder.final_stage().records()
+    first = folder.records()
     n = len(records)
     steps = [step for r in records.values() for step in r["steps"]]
     return {

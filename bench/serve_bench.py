@@ -61,7 +61,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.config import from_settings  # noqa: E402
+from agents.settings import from_settings  # noqa: E402
 from eval.datasets import default_cache_dir, load_tasks  # noqa: E402
 from retrievers.search import SearchRequest, build_retriever  # noqa: E402
 

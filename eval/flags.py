@@ -4,7 +4,7 @@ A setting's key is its flag (``max_tokens`` is ``--max-tokens``) and its name in
 file; its path says where it goes in a configuration (``retriever.bm25.k1``). Each flag
 defaults to "not given" (None), so that the configuration's own default applies; the help
 shows that default. `retrievers.flags` builds the retriever's settings from its config's
-fields, and `agents.config.SETTINGS` holds them with the run's own.
+fields, and `agents.settings.SETTINGS` holds them with the run's own.
 """
 
 from __future__ import annotations

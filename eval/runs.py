@@ -18,7 +18,7 @@
 A task whose ranking went through later stages says so in its metrics.json:
 ``"stages": {"agent" or stage folder: metrics}`` and ``"final_stage": <its folder name>``,
 and its ``"metrics"`` are the final stage's. Readers find the files to score through
-`final_stage_dir`, so a table shows the ranking the run ended with.
+`TaskFolder.final_stage`, so a table shows the ranking the run ended with.
 
 ``run.json`` is written with ``metrics.json`` when a run ends: ``{"label": "hyde bm25q
 qwen2.5-coder-0.5b p:3fa2c1e", "llm_free": false}``. The run's writer makes the label from
@@ -28,9 +28,12 @@ no generation replayed), which makes the run a candidate for the charts' no-LLM 
 folder without it (written before run.json existed, or a run that has not ended) is shown
 by its folder's name, and counts as LLM-free when its records show no LLM call.
 
-The runner, `eval.compare`, `agents.trace` and `agents.sweep` all read and write through
-here (every write atomic and durable, see `eval.files`), which is why it sits below
-`agents` and imports nothing heavy; `RunQrels` finds the judgements of a run's tasks.
+A `RunFolder` stands for a run's folder, a `TaskFolder` for a task's and a `StageFolder` for
+a stage's: each holds a path and names the files in it, and its methods read and write
+them. The runner, `eval.compare`, `agents.trace` and `agents.sweep` all go through them
+(every write atomic and durable, see `eval.files`), which is why this sits below `agents`
+and imports nothing heavy. A task's summary is `eval.task_summary.TaskSummary`, a query's
+record `eval.records`'s; `RunQrels` finds the judgements of a run's tasks.
 """
 
 from __future__ import annotations
@@ -39,10 +42,13 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eval.files import describe_os_error, safe_name, write_json, write_text
+from eval.records import iter_records, read_records
+from eval.task_summary import AGENT_STAGE, TaskSummary
 
 log = logging.getLogger(__name__)
 
@@ -58,306 +64,78 @@ PER_QUERY_FILE = "per_query.jsonl"
 RESULTS_FILE = "results.json"
 TASK_METRICS_FILE = "metrics.json"
 
-AGENT_STAGE = "agent"  # the name the first stage goes by in a task's "stages"
 _STAGE_DIR = re.compile(r"rerank-(\d+)-(.+)")
 # Any of these makes a sub-folder a task folder (a task can stop after writing any of them).
 _TASK_MARKERS = (TASK_FILE, RECORDS_FILE, RUN_TREC_FILE, PER_QUERY_FILE, TASK_METRICS_FILE)
-
-
-# ---- records (queries.jsonl) --------------------------------------------------------------
-
-
-def records_path(stage_dir: Path) -> Path:
-    """The ``queries.jsonl`` of a task folder or of one of its stage folders."""
-    return Path(stage_dir) / RECORDS_FILE
-
-
-# Each text of a record is stored once. A string of at least SHARED_MIN characters that an
-# earlier one of the same record equals is written {"$dup": i}, one that extends an earlier one
-# (a trajectory growing turn by turn) {"$ext": i, "add": rest}, where i counts the record's
-# long strings in the order json.dumps writes them; readers get the texts back.
-SHARED_MIN = 200
-
-
-def pack_record(record: Mapping[str, Any]) -> Any:
-    """``record`` with its repeated long texts replaced by references (see `SHARED_MIN`)."""
-    seen: list[str] = []
-    index: dict[str, int] = {}
-
-    def pack(value: Any) -> Any:
-        if isinstance(value, str) and len(value) >= SHARED_MIN:
-            if value in index:
-                return {"$dup": index[value]}
-            base = max(
-                (i for i, s in enumerate(seen) if value.startswith(s)),
-                key=lambda i: len(seen[i]),
-                default=None,
-            )
-            index[value] = len(seen)
-            seen.append(value)
-            if base is not None:
-                return {"$ext": base, "add": value[len(seen[base]) :]}
-            return value
-        if isinstance(value, Mapping):
-            return {k: pack(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [pack(v) for v in value]
-        return value
-
-    return pack(record)
-
-
-def unpack_record(record: Any) -> Any:
-    """The record `pack_record` packed, its texts whole again."""
-    seen: list[str] = []
-
-    def unpack(value: Any) -> Any:
-        if isinstance(value, str):
-            if len(value) >= SHARED_MIN:
-                seen.append(value)
-            return value
-        if isinstance(value, dict):
-            if value.keys() == {"$dup"}:
-                return seen[value["$dup"]]
-            if value.keys() == {"$ext", "add"}:
-                text = seen[value["$ext"]] + value["add"]
-                seen.append(text)
-                return text
-            return {k: unpack(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [unpack(v) for v in value]
-        return value
-
-    return unpack(record)
-
-
-def iter_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(query id, record) of each line of a ``queries.jsonl``, in file order, streamed (traces
-    can be large); a torn line is skipped. A later line of the same query replaces an earlier."""
-    if not path.exists():
-        return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = unpack_record(json.loads(line))
-            except (json.JSONDecodeError, IndexError, TypeError):
-                continue  # a line cut short by a crash: that query simply runs again
-            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
-                yield record["query_id"], record
-
-
-def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
-    """The last record of each query in a ``queries.jsonl``; a torn last line is ignored.
-
-    ``fields`` keeps only those keys of each record (traces can be large).
-    """
-    records: dict[str, dict[str, Any]] = {}
-    for record_id, record in iter_records(path):
-        if fields is not None:
-            record = {k: record.get(k) for k in fields}
-        records[record_id] = record
-    return records
-
-
-def record_line(record: Mapping[str, Any]) -> str:
-    """One record as the line appended to ``queries.jsonl`` (the caller flushes and fsyncs),
-    each of its texts stored once."""
-    return json.dumps(pack_record(record), ensure_ascii=False) + "\n"
-
-
-# ---- the run: config, summary, leaderboard --------------------------------------------------
 
 
 class NotARunFolder(FileNotFoundError):
     """A folder without ``config.json``; its message is the one line every command gives."""
 
 
-def read_config(run_dir: Path) -> dict[str, Any]:
-    """The run's ``config.json``.
-
-    NotARunFolder (a FileNotFoundError) when there is none (not a run folder, or a new one);
-    a one-line ValueError naming the file when it cannot be read or is not a JSON object.
-    """
-    try:
-        return _read_object(Path(run_dir) / CONFIG_FILE)
-    except FileNotFoundError:
-        raise NotARunFolder(f"{run_dir}: not a run folder (no {CONFIG_FILE})") from None
+def _file(name: str, what: str) -> property:
+    """A folder's path to its file ``name`` (``what`` it holds), as a read-only attribute."""
+    return property(lambda folder: folder.path / name, doc=f"Its ``{name}``: {what}.")
 
 
-def write_config(run_dir: Path, config: Mapping[str, Any]) -> None:
-    write_json(Path(run_dir) / CONFIG_FILE, dict(config))
+@dataclass(frozen=True)
+class _Folder:
+    """A folder of the layout; any path-like is taken and held as a Path."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
 
 
-def read_run_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``metrics.json`` ({task folder: summary}); None when absent or damaged."""
-    return _read_derived(Path(run_dir) / RUN_METRICS_FILE)
+# ---- one stage: queries.jsonl, run.trec and per_query.jsonl --------------------------------
 
 
-def write_run_summary(
-    run_dir: Path,
-    by_task: Mapping[str, Mapping[str, Any]],
-    label: str | None = None,
-    llm_free: bool | None = None,
-) -> None:
-    """Write the run's ``metrics.json`` and, given a ``label``, its ``run.json``."""
-    if label is not None:
-        info: dict[str, Any] = {"label": label}
-        if llm_free is not None:
-            info["llm_free"] = llm_free
-        write_json(Path(run_dir) / RUN_INFO_FILE, info)
-    write_json(Path(run_dir) / RUN_METRICS_FILE, dict(by_task))
+@dataclass(frozen=True)
+class StageFolder(_Folder):
+    """The folder of one stage of a task: the task folder itself for the agent's stage, a
+    ``rerank-<i>-<kind>`` folder in it for each later one."""
 
+    records_path = _file(RECORDS_FILE, "one record per answered query (`eval.records`)")
+    run_trec_path = _file(RUN_TREC_FILE, "its ranking (`eval.trec` reads and writes it)")
+    per_query_path = _file(PER_QUERY_FILE, "its per-query metrics")
 
-def read_run_info(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``run.json`` (``label``, ``llm_free``); None when absent or damaged (it is
-    made from config.json, which stays)."""
-    return _read_derived(Path(run_dir) / RUN_INFO_FILE, "config.json")
+    def records(self, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+        """The last record of each query (`eval.records.read_records`); {} when none."""
+        return read_records(self.records_path, fields)
 
+    def iter_records(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(query id, record) of each line, streamed (`eval.records.iter_records`)."""
+        return iter_records(self.records_path)
 
-def write_leaderboard(run_dir: Path, markdown: str) -> None:
-    write_text(Path(run_dir) / LEADERBOARD_FILE, markdown)
+    def per_query(self) -> dict[str, dict[str, float]]:
+        """``{query id: {metric: value}}`` from its ``per_query.jsonl``; {} when there is none.
 
+        A bad line raises a one-line ValueError naming the file and line: these are the scores
+        tables are made of, so a damaged file is reported rather than guessed around.
+        """
+        path = self.per_query_path
+        if not path.is_file():
+            return {}
+        rows: dict[str, dict[str, float]] = {}
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                query_id = str(row.pop("query_id"))
+            except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
+                raise ValueError(f"{path}, line {number}: not a per-query row") from None
+            rows[query_id] = row
+        return rows
 
-def task_dirs(run_dir: Path) -> list[Path]:
-    """The run's task folders: in the order its metrics.json lists them, then the rest sorted.
-
-    A task folder is a sub-folder holding any file a task writes; others are ignored.
-    """
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        return []
-    found = {
-        p.name: p
-        for p in run_dir.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and _is_task_dir(p)
-    }
-    listed = [found.pop(name) for name in read_run_summary(run_dir) or {} if name in found]
-    return listed + [found[name] for name in sorted(found)]
-
-
-def _is_task_dir(path: Path) -> bool:
-    return any((path / name).exists() for name in _TASK_MARKERS)
-
-
-# ---- one task: task.json, metrics.json, results.json ----------------------------------------
-
-
-def read_task_info(task_dir: Path) -> dict[str, Any] | None:
-    """``task.json`` (which data the task was run on); None when absent.
-
-    A damaged one raises a one-line ValueError naming it: without it nobody can tell whether
-    the saved records answer the data given now, so it is not silently ignored.
-    """
-    try:
-        return _read_object(Path(task_dir) / TASK_FILE)
-    except FileNotFoundError:
-        return None
-
-
-def write_task_info(task_dir: Path, info: Mapping[str, Any]) -> None:
-    write_json(Path(task_dir) / TASK_FILE, dict(info))
-
-
-def read_task_summary(task_dir: Path) -> dict[str, Any] | None:
-    """The task's ``metrics.json``; None when absent or damaged (it is derived, so the
-    runner recomputes it from the saved records)."""
-    return _read_derived(Path(task_dir) / TASK_METRICS_FILE)
-
-
-def write_task_summary(task_dir: Path, summary: Mapping[str, Any]) -> None:
-    """Write the task's summary; written last, with no failures it marks the task done."""
-    write_json(Path(task_dir) / TASK_METRICS_FILE, dict(summary))
-
-
-def results_path(task_dir: Path) -> Path:
-    """Where the task's R2MED-layout ``results.json`` goes (`eval.report.write_results_json`)."""
-    return Path(task_dir) / RESULTS_FILE
-
-
-# ---- stages: run.trec and per_query.jsonl ---------------------------------------------------
-
-
-def stage_dir_name(index: int, kind: str) -> str:
-    """The folder of the ``index``-th rerank stage (from 1) of ``kind``: "rerank-1-llm"."""
-    if index < 1:
-        raise ValueError(f"stage index must be at least 1, got {index}")
-    return f"rerank-{index}-{safe_name(kind)}"
-
-
-def stage_dirs(task_dir: Path) -> list[Path]:
-    """The task's rerank stage folders present on disk, in stage order."""
-    task_dir = Path(task_dir)
-    if not task_dir.is_dir():
-        return []
-    stages = [(_stage_index(p.name), p.name, p) for p in task_dir.iterdir() if p.is_dir()]
-    return [p for index, _, p in sorted(s for s in stages if s[0] is not None)]
-
-
-def stage_chain(task_dir: Path) -> list[Path]:
-    """The task folder (the agent's stage) and each later stage up to the final one, in order.
-
-    The final stage is the one the task's metrics.json names. A task without that file has
-    not finished, so every stage present counts; one whose metrics.json names no stage
-    ended with the agent's ranking. ValueError when it names something that is not a stage
-    folder of this task (a path there would lead reads outside the run).
-    """
-    task_dir = Path(task_dir)
-    stages = stage_dirs(task_dir)
-    summary = read_task_summary(task_dir)
-    if summary is None:
-        return [task_dir, *stages]
-    final = summary.get("final_stage", AGENT_STAGE)
-    if final == AGENT_STAGE:
-        return [task_dir]
-    index = _stage_index(final) if isinstance(final, str) else None
-    if index is None:
-        raise ValueError(
-            f"{task_dir / TASK_METRICS_FILE}: final_stage {final!r} is not a stage folder "
-            f"({AGENT_STAGE!r} or rerank-<i>-<kind>)"
-        )
-    earlier = [p for p in stages if (_stage_index(p.name) or 0) < index]
-    return [task_dir, *earlier, task_dir / final]
-
-
-def final_stage_dir(task_dir: Path) -> Path:
-    """Where the task's final ranking is: the task folder itself when it has no later stage."""
-    return stage_chain(task_dir)[-1]
-
-
-def _stage_index(name: str) -> int | None:
-    match = _STAGE_DIR.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-def run_trec_path(stage_dir: Path) -> Path:
-    """The ``run.trec`` of a task folder or stage folder (`eval.trec` reads and writes it)."""
-    return Path(stage_dir) / RUN_TREC_FILE
-
-
-def per_query_path(stage_dir: Path) -> Path:
-    return Path(stage_dir) / PER_QUERY_FILE
-
-
-def read_per_query(stage_dir: Path) -> dict[str, dict[str, float]]:
-    """``{query id: {metric: value}}`` from a ``per_query.jsonl``; {} when there is none.
-
-    A bad line raises a one-line ValueError naming the file and line: these are the scores
-    tables are made of, so a damaged file is reported rather than guessed around.
-    """
-    path = per_query_path(stage_dir)
-    if not path.is_file():
-        return {}
-    rows: dict[str, dict[str, float]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            query_id = str(row.pop("query_id"))
-        except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
-            raise ValueError(f"{path}, line {number}: not a per-query row") from None
-        rows[query_id] = row
-    return rows
+    def write_per_query(self, per_query: Mapping[str, Mapping[str, float]]) -> None:
+        """Write the stage's per-query metrics (e.g. ``Evaluation.per_query``)."""
+        write_text(self.per_query_path, per_query_text(per_query))
 
 
 def per_query_text(per_query: Mapping[str, Mapping[str, float]]) -> str:
@@ -366,9 +144,180 @@ def per_query_text(per_query: Mapping[str, Mapping[str, float]]) -> str:
     return "".join(json.dumps({"query_id": q, **v}) + "\n" for q, v in per_query.items())
 
 
-def write_per_query(stage_dir: Path, per_query: Mapping[str, Mapping[str, float]]) -> None:
-    """Write a stage's per-query metrics (e.g. ``Evaluation.per_query``)."""
-    write_text(per_query_path(stage_dir), per_query_text(per_query))
+def stage_dir_name(index: int, kind: str) -> str:
+    """The folder name of the ``index``-th rerank stage (from 1) of ``kind``: "rerank-1-llm".
+
+    A plain function: a plan names its stages (for sampling, caches) before any folder exists.
+    """
+    if index < 1:
+        raise ValueError(f"stage index must be at least 1, got {index}")
+    return f"rerank-{index}-{safe_name(kind)}"
+
+
+def _stage_index(name: str) -> int | None:
+    match = _STAGE_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+# ---- one task: task.json, metrics.json, results.json, its stages ---------------------------
+
+
+@dataclass(frozen=True)
+class TaskFolder(StageFolder):
+    """A task's folder; it is also its agent's stage (records, run.trec, per_query.jsonl)."""
+
+    info_path = _file(TASK_FILE, "the data the task was run on")
+    summary_path = _file(TASK_METRICS_FILE, "its summary (`eval.task_summary.TaskSummary`)")
+    results_path = _file(RESULTS_FILE, "R2MED's layout (`eval.report.write_results_json`)")
+
+    def info(self) -> dict[str, Any] | None:
+        """``task.json`` (which data the task was run on); None when absent.
+
+        A damaged one raises a one-line ValueError naming it: without it nobody can tell
+        whether the saved records answer the data given now, so it is not silently ignored.
+        """
+        try:
+            return _read_object(self.info_path)
+        except FileNotFoundError:
+            return None
+
+    def write_info(self, info: Mapping[str, Any]) -> None:
+        write_json(self.info_path, dict(info))
+
+    def summary(self) -> TaskSummary | None:
+        """The task's ``metrics.json``; None when absent or damaged (it is derived, so the
+        runner recomputes it from the saved records)."""
+        values = _read_derived(self.summary_path)
+        return None if values is None else TaskSummary.from_dict(values)
+
+    def write_summary(self, summary: TaskSummary) -> None:
+        """Write the task's summary; written last, with no failures it marks the task done."""
+        write_json(self.summary_path, summary.to_dict())
+
+    def stage(self, index: int, kind: str) -> StageFolder:
+        """The folder of its ``index``-th rerank stage (from 1) of ``kind``."""
+        return StageFolder(self.path / stage_dir_name(index, kind))
+
+    def stages(self) -> list[StageFolder]:
+        """Its rerank stage folders present on disk, in stage order."""
+        if not self.path.is_dir():
+            return []
+        found = [(_stage_index(p.name), p.name, p) for p in self.path.iterdir() if p.is_dir()]
+        return [StageFolder(p) for index, _, p in sorted(s for s in found if s[0] is not None)]
+
+    def stage_chain(self) -> list[StageFolder]:
+        """This folder (the agent's stage) and each later stage up to the final one, in order.
+
+        The final stage is the one the task's metrics.json names. A task without that file
+        has not finished, so every stage present counts; one whose metrics.json names no
+        stage ended with the agent's ranking. ValueError when it names something that is not
+        a stage folder of this task (a path there would lead reads outside the run).
+        """
+        stages = self.stages()
+        summary = self.summary()
+        if summary is None:
+            return [self, *stages]
+        final = summary.final_stage
+        if final == AGENT_STAGE:
+            return [self]
+        index = _stage_index(final) if isinstance(final, str) else None
+        if index is None:
+            raise ValueError(
+                f"{self.summary_path}: final_stage {final!r} is not a stage folder "
+                f"({AGENT_STAGE!r} or rerank-<i>-<kind>)"
+            )
+        earlier = [s for s in stages if (_stage_index(s.name) or 0) < index]
+        return [self, *earlier, StageFolder(self.path / final)]
+
+    def final_stage(self) -> StageFolder:
+        """Where the task's final ranking is: this folder itself when it has no later stage."""
+        return self.stage_chain()[-1]
+
+
+# ---- the run: config, summary, leaderboard, its tasks ---------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFolder(_Folder):
+    """A run's folder: its config, summary, label and leaderboard, and its task folders."""
+
+    config_path = _file(CONFIG_FILE, "the configuration the folder is bound to")
+    lock_path = _file(LOCK_FILE, "held by the one process running here")
+
+    def config(self) -> dict[str, Any]:
+        """The run's ``config.json``.
+
+        NotARunFolder (a FileNotFoundError) when there is none (not a run folder, or a new
+        one); a one-line ValueError naming the file when it cannot be read or is not a JSON
+        object.
+        """
+        try:
+            return _read_object(self.config_path)
+        except FileNotFoundError:
+            raise NotARunFolder(f"{self.path}: not a run folder (no {CONFIG_FILE})") from None
+
+    def write_config(self, config: Mapping[str, Any]) -> None:
+        write_json(self.config_path, dict(config))
+
+    def summary(self) -> dict[str, TaskSummary] | None:
+        """The run's ``metrics.json`` ({task folder: summary}); None when absent or damaged."""
+        by_task = _read_derived(self.path / RUN_METRICS_FILE)
+        if by_task is None:
+            return None
+        return {k: TaskSummary.from_dict(v) for k, v in by_task.items() if isinstance(v, dict)}
+
+    def write_summary(
+        self,
+        by_task: Mapping[str, TaskSummary],
+        label: str | None = None,
+        llm_free: bool | None = None,
+    ) -> None:
+        """Write the run's ``metrics.json`` and, given a ``label``, its ``run.json``."""
+        if label is not None:
+            info: dict[str, Any] = {"label": label}
+            if llm_free is not None:
+                info["llm_free"] = llm_free
+            write_json(self.path / RUN_INFO_FILE, info)
+        write_json(self.path / RUN_METRICS_FILE, {k: s.to_dict() for k, s in by_task.items()})
+
+    def info(self) -> dict[str, Any] | None:
+        """The run's ``run.json`` (``label``, ``llm_free``); None when absent or damaged (it
+        is made from config.json, which stays)."""
+        return _read_derived(self.path / RUN_INFO_FILE, CONFIG_FILE)
+
+    def write_leaderboard(self, markdown: str) -> None:
+        write_text(self.path / LEADERBOARD_FILE, markdown)
+
+    def task(self, folder: str) -> TaskFolder:
+        return TaskFolder(self.path / folder)
+
+    def tasks(self) -> list[TaskFolder]:
+        """Its task folders: in the order its metrics.json lists them, then the rest sorted.
+
+        A task folder is a sub-folder holding any file a task writes; others are ignored.
+        """
+        if not self.path.is_dir():
+            return []
+        found = {
+            p.name: TaskFolder(p)
+            for p in self.path.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and _is_task_dir(p)
+        }
+        listed = _read_derived(self.path / RUN_METRICS_FILE) or {}
+        first = [found.pop(name) for name in listed if name in found]
+        return first + [found[name] for name in sorted(found)]
+
+    def qrels(
+        self, task: str, cache_dir: Path | None = None, spec: str | None = None
+    ) -> dict[str, dict[str, int]]:
+        """The qrels of one of its tasks, by its config's dataset (or ``spec``); see
+        `RunQrels`, which keeps loaded datasets for several lookups. QrelsError (one line)
+        when unavailable."""
+        return RunQrels(spec, cache_dir).get(self.path, task)
+
+
+def _is_task_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in _TASK_MARKERS)
 
 
 # ---- qrels of a run's dataset ---------------------------------------------------------------
@@ -403,7 +352,7 @@ class RunQrels:
         if spec is None:
             if config is None:
                 try:
-                    config = read_config(run_dir)
+                    config = RunFolder(run_dir).config()
                 except (NotARunFolder, ValueError) as e:  # one line naming the folder or file
                     raise QrelsError(str(e)) from None
             spec = config.get("dataset")
@@ -421,14 +370,6 @@ class RunQrels:
         if task not in self._loaded[spec]:
             raise QrelsError(f"dataset {spec!r} has no task {task!r} (run {run_dir})")
         return self._loaded[spec][task]
-
-
-def run_qrels(
-    run_dir: Path, task: str, cache_dir: Path | None = None, spec: str | None = None
-) -> dict[str, dict[str, int]]:
-    """The qrels of one task of a run, by its config's dataset (or ``spec``); see `RunQrels`,
-    which keeps loaded datasets for several lookups. QrelsError (one line) when unavailable."""
-    return RunQrels(spec, cache_dir).get(run_dir, task)
 
 
 # ---- reading JSON files ---------------------------------------------------------------------

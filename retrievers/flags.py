@@ -5,7 +5,7 @@ its help, how the flag reads a value); `retriever_settings` gives them in field 
 `eval.flags.Setting`, with their paths into a run's config (``retriever.bm25.k1``).
 `TASK_SETTINGS` are what a retriever is built over and with besides its config: the dataset,
 the cache folder and a call's timeout. `add_retriever_arguments` adds both (the retrieval
-server's flags); ``agents.config.SETTINGS`` holds the same settings among the run's, so the
+server's flags); ``agents.settings.SETTINGS`` holds the same settings among the run's, so the
 two command lines take the same names, checks and defaults. `retriever_from_settings` builds
 the `RetrieverConfig` the flat values describe.
 """

@@ -65,7 +65,7 @@ def run_agent(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
 
 def records(toy: dict, name: str = "run") -> dict[str, dict]:
     """The records of run ``name`` on the toy task, by query id."""
-    from eval.runs import read_records
+    from eval.records import read_records
 
     return read_records(toy["runs"] / name / "toy" / "queries.jsonl")
 
@@ -82,7 +82,7 @@ def share_models(cache_dir: Path, session_cache: Path) -> Path:
     """``cache_dir`` with the joined embedded models of ``session_cache`` hard-linked into its
     ``models/`` (the file and its stamp): a test that needs a cache of its own does not join them
     again (the ``models_cache`` fixture)."""
-    from agents.llm.local import LOCAL_MODELS, model_file, stamp_path
+    from agents.llm.weights import LOCAL_MODELS, model_file, stamp_path
 
     models = Path(cache_dir) / "models"
     models.mkdir(parents=True, exist_ok=True)

@@ -126,7 +126,7 @@ def pytrec_ndcg10(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, i
 def usage_of(stage_dirs: list[Path]) -> tuple[int, int, int, int]:
     """Calls, cached calls, prompt and completion tokens summed over the records of every stage."""
     keys = ("calls", "cached_calls", "prompt_tokens", "completion_tokens")
-    records = [r for d in stage_dirs for r in runs.read_records(runs.records_path(d)).values()]
+    records = [r for d in stage_dirs for r in runs.StageFolder(d).records().values()]
     return tuple(sum(r["usage"][k] for r in records) for k in keys)  # type: ignore[return-value]
 
 
@@ -152,7 +152,8 @@ def check_report(
         value = summary["metrics"]["NDCG@10"]
         values.append(value)
         assert figures.ndcg == f"{value:.5f}", (task, figures.ndcg, value)
-        final = read_trec(runs.run_trec_path(task_dir / stages[-1] if stages else task_dir))
+        final_stage = runs.StageFolder(task_dir / stages[-1] if stages else task_dir)
+        final = read_trec(final_stage.run_trec_path)
         direct = pytrec_ndcg10(final, qrels[task])
         assert abs(float(figures.ndcg) - direct) <= 5e-6, (task, figures.ndcg, direct)
         unranked = sum(1 for q in qrels[task] if not final.get(q))

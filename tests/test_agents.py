@@ -9,7 +9,7 @@ import pytest
 
 from agents.llm import scripted
 from agents.run import main
-from eval.runs import unpack_record
+from eval.records import unpack_record
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
 

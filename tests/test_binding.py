@@ -11,9 +11,9 @@ field added later cannot slip through untested.
 On a finished run (one small task, one query, the scripted provider), each setting is changed
 alone and the same command run again into the same folder:
 
-* a setting of `agents.config.binding` must be refused with exit code 2 and one stderr line
+* a setting of `agents.binding.binding` must be refused with exit code 2 and one stderr line
   naming it, before any model call and without touching the folder;
-* a runtime setting (`agents.config.RUNTIME`, `LLM_RUNTIME`) must resume: exit 0, no model
+* a runtime setting (`agents.binding.RUNTIME`, `LLM_RUNTIME`) must resume: exit 0, no model
   call, the finished records read back as they are.
 
 A config the command line can build is run through `agents.run.main`; the others (a source
@@ -40,11 +40,11 @@ from typing import Any
 
 import pytest
 
+import agents.binding
 import agents.llm.sampling
 import agents.machine
 import agents.plan
 import agents.rerank.cross
-from agents import config as cfg
 from agents.config import RunConfig, StageConfig
 from agents.graphs.search_loop import FINAL_RANKINGS as SEARCH_FINAL_RANKINGS
 from agents.graphs.search_loop import LLM_MODES
@@ -53,6 +53,8 @@ from agents.llm import scripted
 from agents.pipeline import RunError
 from agents.registry import AGENTS, STAGES
 from agents.rerank.pointwise import JUDGES
+from agents.serialise import from_dict, to_dict
+from agents.settings import SETTINGS, from_settings, settings_from_args
 from eval import runs
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import DTYPES, FUSION_METHODS, INSTRUCTION_SETS
@@ -91,7 +93,8 @@ class Field:
     @property
     def runtime(self) -> bool:
         top, _, rest = self.path.partition(".")
-        return self.path in cfg.RUNTIME or (top == "llm" and rest in cfg.LLM_RUNTIME)
+        runtime, llm_runtime = agents.binding.RUNTIME, agents.binding.LLM_RUNTIME
+        return self.path in runtime or (top == "llm" and rest in llm_runtime)
 
 
 def _dataclass_in(annotation: Any) -> type | None:
@@ -125,6 +128,8 @@ def config_fields() -> list[Field]:
                     for kind, spec in STAGES.items()
                     for key in spec.defaults
                 )
+            elif cls is RunConfig and f.name == "recorded":  # at config.json's top level
+                visit(hint, prefix)
             elif cls is StageConfig:  # a stage is one setting in config.json: "rerank"
                 out.append(Field(path, "rerank", "llm-listwise", f.name, hint))
             elif (nested := _dataclass_in(hint)) is None:
@@ -157,7 +162,7 @@ SCENARIOS = {
 
 # --- alternative values -------------------------------------------------------------------------
 
-# str settings whose values are a closed set that no `agents.config.SETTINGS` entry lists
+# str settings whose values are a closed set that no `agents.settings.SETTINGS` entry lists
 PATH_CHOICES: dict[str, tuple[Any, ...]] = {
     "retriever.dense.device": ("auto", "cpu"),
     "retriever.dense.dtype": DTYPES,
@@ -182,7 +187,7 @@ def _choices(f: Field) -> tuple[Any, ...] | None:
         return OPTION_CHOICES.get(f.key)
     if f.id in PATH_CHOICES:
         return PATH_CHOICES[f.id]
-    named = [s.choices for s in cfg.SETTINGS.values() if s.path == f.path and s.choices]
+    named = [s.choices for s in SETTINGS.values() if s.path == f.path and s.choices]
     return tuple(named[0]) if named else None
 
 
@@ -417,7 +422,7 @@ def alternative(f: Field, ctx: Context) -> RunConfig:
         except ValueError as e:  # not a valid value here: the next one may be
             errors.append(f"{value!r}: {e}")
             continue
-        moved = _changed_paths(cfg.to_dict(base), cfg.to_dict(changed))
+        moved = _changed_paths(to_dict(base), to_dict(changed))
         if not moved:
             errors.append(f"{value!r} changes nothing")
         elif any(not _names(p, f.path) for p in moved):
@@ -579,7 +584,7 @@ class Scenarios:
             from agents.pipeline import run
 
             settings, extras = self.settings(name)
-            config = cfg.from_settings(settings)
+            config = from_settings(settings)
             if "run_file" in extras:  # no flag of agents.run sets it: agents.rerank does
                 config = dataclasses.replace(config, run_file=str(extras["run_file"]))
             result = run(config, progress=False)
@@ -637,7 +642,7 @@ def context_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenarios: Scen
 def argv_for(config: RunConfig) -> list[str] | None:
     """The `agents.run` command line that builds ``config``, or None when none does."""
     args: list[str] = []
-    for key, setting in cfg.SETTINGS.items():
+    for key, setting in SETTINGS.items():
         if not setting.path or setting.flag_only or setting.path in ("options", "rerank"):
             continue
         if setting.path.startswith("llm.") and config.llm is None:
@@ -663,7 +668,7 @@ def argv_for(config: RunConfig) -> list[str] | None:
     from agents.run import parse_args
 
     try:
-        rebuilt = cfg.from_settings(cfg.settings_from_args(parse_args(args)))
+        rebuilt = from_settings(settings_from_args(parse_args(args)))
     except (SystemExit, ValueError):
         return None
     return args if rebuilt == config else None
@@ -702,13 +707,13 @@ REFUSED = re.compile(
 
 
 def expected_name(f: Field) -> str:
-    """How `agents.config.differences` names the field: its flag's name where it has one, an
+    """How `agents.binding.differences` names the field: its flag's name where it has one, an
     option by its key, a stage (any of its settings) as ``rerank``, else its path."""
     if f.path.startswith("options."):
         return f.key
     if f.path == "rerank":
         return "rerank"
-    flags = [key for key, s in cfg.SETTINGS.items() if s.path == f.path]
+    flags = [key for key, s in SETTINGS.items() if s.path == f.path]
     return flags[0] if flags else f.path
 
 
@@ -739,7 +744,7 @@ def test_the_walk_finds_every_setting():
     every agent and stage, the recorded fields; and every table entry names a real field."""
     ids = {f.id for f in FIELDS}
     top = {f.path.split(".")[0] for f in FIELDS}
-    assert top == set(cfg.to_dict(RunConfig()))
+    assert top == set(to_dict(RunConfig()))
     for agent, spec in AGENTS.items():
         assert {f"options[{agent}].{k}" for k in spec.defaults} <= ids
     for kind, spec in STAGES.items():
@@ -754,10 +759,10 @@ def test_the_walk_finds_every_setting():
 
 
 def test_runtime_settings_are_the_reviewed_ones():
-    assert set(cfg.RUNTIME) == REVIEWED_RUNTIME
-    assert set(cfg.LLM_RUNTIME) == REVIEWED_LLM_RUNTIME
+    assert set(agents.binding.RUNTIME) == REVIEWED_RUNTIME
+    assert set(agents.binding.LLM_RUNTIME) == REVIEWED_LLM_RUNTIME
     # what decides the output can never be runtime, whatever the lists become
-    assert not set(RECORDED) & set(cfg.RUNTIME)
+    assert not set(RECORDED) & set(agents.binding.RUNTIME)
 
 
 @pytest.mark.parametrize("f", BINDING, ids=lambda f: f.id)
@@ -786,18 +791,18 @@ def test_a_changed_setting_is_refused_naming_it(f, context_for, provider, llama,
 def test_a_changed_runtime_setting_resumes(f, context_for, provider, llama, capsys):
     ctx = context_for(f)
     changed = alternative(f, ctx)
-    records = runs.records_path(ctx.scenario.run_dir / "toy")
+    records = runs.TaskFolder(ctx.scenario.run_dir / "toy").records_path
     before, calls = records.read_bytes(), (provider.calls, llama.requests)
     outcome = attempt(changed, capsys)
     assert outcome.code == 0, outcome.stderr
     assert (provider.calls, llama.requests) == calls  # the finished task was read back
     assert records.read_bytes() == before
-    saved = cfg.to_dict(cfg.from_dict(runs.read_config(ctx.scenario.run_dir)))
+    saved = to_dict(from_dict(runs.RunFolder(ctx.scenario.run_dir).config()))
     if f.path not in RECORDED_CHANGES:  # the folder now says how this run was made
         value: Any = saved
         for part in f.path.split("."):
             value = value[part]
-        expected: Any = cfg.to_dict(changed)
+        expected: Any = to_dict(changed)
         for part in f.path.split("."):
             expected = expected[part]
         assert value == expected

@@ -251,9 +251,7 @@ def with_eos_as_4x(tokenizer, texts: list[str], max_length: int) -> list[list[in
     """What transformers 4.x's Llama tokenizer gave for add_eos_token: true: <s> text </s>,
     the text truncated so that the whole fits max_length."""
     ids = tokenizer(texts, add_special_tokens=False, truncation=True, max_length=max_length - 2)
-    return [
-        [tokenizer.bos_token_id, *row, tokenizer.eos_token_id] for row in ids["input_ids"]
-    ]
+    return [[tokenizer.bos_token_id, *row, tokenizer.eos_token_id] for row in ids["input_ids"]]
 
 
 def high_scale_last(folder: Path, texts: list[str], max_length: int = 2048) -> np.ndarray:

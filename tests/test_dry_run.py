@@ -8,13 +8,13 @@ import shutil
 
 import pytest
 
-from agents.config import from_settings
 from agents.dry_run import MEASURED, WORST_CASE, estimate, format_estimate, usd
 from agents.llm import scripted
-from agents.llm.local import readable_model_file
+from agents.llm.weights import readable_model_file
 from agents.rerank.listwise import windows
 from agents.run import main
-from eval.runs import read_records
+from agents.settings import from_settings
+from eval.records import read_records
 from eval.usage import Usage
 from prompts import PromptBook
 from tests.helpers import DOCS, QUERIES
@@ -102,9 +102,7 @@ def test_the_bound_counts_the_prompts_the_run_then_sends(tmp_path, toy_dir):
     scripted.install(respond)
     for agent in ("hyde", "query2doc"):
         sent.clear()
-        bound = (
-            stages(estimate(config_of(tmp_path, toy_dir, agent=agent, run_name=agent)))[0]
-        )
+        bound = stages(estimate(config_of(tmp_path, toy_dir, agent=agent, run_name=agent)))[0]
         assert bound.source == BOUND
         assert main(flags(tmp_path, "--agent", agent, "--model", "scripted/x",
                           "--dataset", str(toy_dir), "--run-name", agent)) == 0  # fmt: skip
@@ -148,9 +146,7 @@ def test_cached_calls_count_as_the_calls_they_stand_for(tmp_path, toy_dir, provi
     assert main([*base, "--run-name", "again"]) == 0  # every answer from the LLM cache
     records = read_records(tmp_path / "runs" / "again" / "toy" / "queries.jsonl")
     assert all(r["usage"]["cached_calls"] == 1 for r in records.values())
-    (stage,) = (
-        stages(estimate(config_of(tmp_path, toy_dir, agent="hyde", run_name="again")))
-    )
+    (stage,) = stages(estimate(config_of(tmp_path, toy_dir, agent="hyde", run_name="again")))
     assert stage.source == MEASURED and stage.calls == 1
     assert stage.prompt_tokens > 0
 
@@ -167,9 +163,7 @@ def test_a_folder_of_another_configuration_is_not_measured(tmp_path, toy_dir, pr
 
 def test_rerank_stages_make_one_call_per_window_or_per_passage(tmp_path, toy_dir, provider):
     def stage(spec: str):
-        agent, rerank = (
-            stages(estimate(config_of(tmp_path, toy_dir, agent="none", rerank=[spec])))
-        )
+        agent, rerank = stages(estimate(config_of(tmp_path, toy_dir, agent="none", rerank=[spec])))
         assert agent.model is None and agent.calls == 0
         return rerank
 
@@ -268,7 +262,7 @@ def test_a_priced_model_gets_a_cost_from_litellms_price_map(tmp_path, toy_dir, m
     assert est.cost is not None and est.cost > 0
     assert est.cost == pytest.approx(prompt_cost + completion_cost)
     assert f"cost: {usd(est.cost)}" in out
-    assert est.total('calls') == 3 * (1 + 2)
+    assert est.total("calls") == 3 * (1 + 2)
     assert not (tmp_path / "runs").exists()
 
     # without a key the dry run is refused as the run would be, before anything else
@@ -293,7 +287,8 @@ def test_a_local_model_has_no_price(tmp_path, toy_dir, capsys):
 def test_a_local_model_is_counted_with_its_own_tokenizer(tmp_path, toy_dir):
     from llama_cpp import Llama
 
-    from agents.llm.local import LOCAL_MODELS, model_file, render_chatml
+    from agents.llm.chatml import render_chatml
+    from agents.llm.weights import LOCAL_MODELS, model_file
 
     model = "local/smollm2-135m"
     spec = "llm-listwise,depth=5,window=3,step=2"
@@ -428,9 +423,7 @@ def test_a_new_agent_needs_nothing_more_for_its_dry_run(tmp_path, toy_dir, provi
     )
 
 
-def test_a_listwise_window_too_long_for_the_context_is_counted_as_filling_it(
-    tmp_path, capsys
-):
+def test_a_listwise_window_too_long_for_the_context_is_counted_as_filling_it(tmp_path, capsys):
     """A window past the context is counted as filling it: the most a call can be paid for."""
     folder = tmp_path / "long"
     folder.mkdir()
@@ -551,7 +544,8 @@ def test_tool_searchs_bound_holds_a_trajectory_that_uses_every_limit(tmp_path, t
 def test_tool_search_with_a_local_model_counts_the_text_the_model_is_sent(tmp_path, toy_dir):
     from llama_cpp import Llama
 
-    from agents.llm.local import LOCAL_MODELS, model_file, render_chatml
+    from agents.llm.chatml import render_chatml
+    from agents.llm.weights import LOCAL_MODELS, model_file
 
     model = "local/smollm2-135m"
     values = {"agent": "tool-search", "model": model, "limit": 1}

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-import agents.config
 import agents.graphs
+import agents.settings
 import prompts
 from agents.llm import scripted
 from agents.registry import AGENTS, AgentSpec
 from agents.run import main
 from eval.datasets import DEMO_DIR
-from eval.runs import read_records, records_path
+from eval.runs import TaskFolder
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "extending.md"
@@ -68,11 +68,11 @@ def keywords_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     entry = eval("{" + block("python title=agents/registry.py") + "}", {"AgentSpec": AgentSpec})
     assert list(entry) == ["keywords"] and entry["keywords"].builder == f"{MODULE}:build_graph"
     monkeypatch.setitem(AGENTS, "keywords", entry["keywords"])
-    # --agent's choices were listed when agents.config was imported, before this entry was
+    # --agent's choices were listed when agents.settings was imported, before this entry was
     # added; in the repo the entry is in agents/registry.py before that import
-    agent = agents.config.SETTINGS["agent"]
+    agent = agents.settings.SETTINGS["agent"]
     monkeypatch.setitem(
-        agents.config.SETTINGS, "agent", dataclasses.replace(agent, choices=tuple(AGENTS))
+        agents.settings.SETTINGS, "agent", dataclasses.replace(agent, choices=tuple(AGENTS))
     )
     yield prompt
     prompts.placeholder_rules.cache_clear()  # the real folder's rules again, once restored
@@ -122,7 +122,7 @@ def test_the_keywords_agent_runs_and_its_keywords_reach_the_retriever(
     # the run records the prompt file it sent, by the hash of its bytes
     sha = hashlib.sha256(keywords_agent.encode()).hexdigest()
     assert config["prompts"] == {"keywords/default": sha}
-    records = read_records(records_path(run_dir / "demo"))
+    records = TaskFolder(run_dir / "demo").records()
     assert set(records) == set(queries)
     for query_id, record in records.items():
         assert record["error"] is None

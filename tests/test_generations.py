@@ -26,7 +26,8 @@ from agents.graphs.combine import generated_request
 from agents.llm import scripted
 from agents.run import main
 from eval.datasets import R2MED_REVISIONS, DataError, load_folder
-from eval.runs import read_run_info, unpack_record
+from eval.records import unpack_record
+from eval.runs import RunFolder
 from retrievers.base import SearchRequest
 from retrievers.search import RetrieverConfig, build_retriever
 from tests.helpers import DOCS, QRELS, QUERIES
@@ -222,7 +223,7 @@ def test_the_source_and_its_sha256_bind_the_run_folder(toy, no_llm, capsys):
     config = config_of(run_dir)
     assert config["generations"] == source
     assert config["generation_sha256"] == {"toy": hashlib.sha256(path.read_bytes()).hexdigest()}
-    assert read_run_info(run_dir)["label"] == f"hyde bm25q r2med:{LLM}@gens"
+    assert RunFolder(run_dir).info()["label"] == f"hyde bm25q r2med:{LLM}@gens"
     # a live run of the same agent never shares that folder
     live = scripted.install(lambda messages, params: HY_DOCS["q1"])
     assert run(toy, "hyde", name=None) == 0
@@ -260,7 +261,7 @@ def test_replaying_a_run_folder_with_another_retriever_calls_no_model(toy):
     queries_file = toy["runs"] / "live" / "toy" / "queries.jsonl"
     sha = hashlib.sha256(queries_file.read_bytes()).hexdigest()
     assert config["generation_sha256"] == {"toy": sha}
-    assert read_run_info(toy["runs"] / "r")["label"] == "hyde dense run:live"
+    assert RunFolder(toy["runs"] / "r").info()["label"] == "hyde dense run:live"
 
 
 def test_reason_replays_a_jsonl_file(toy, no_llm):
@@ -272,7 +273,7 @@ def test_reason_replays_a_jsonl_file(toy, no_llm):
     request = step(record, "retrieve")["request"]
     assert request["sparse_text"] == request["dense_text"] == HY_DOCS["q1"]
     assert record["ranking"][0][0] == "d3"
-    assert read_run_info(toy["runs"] / "run")["label"] == "reason bm25q file:mine"
+    assert RunFolder(toy["runs"] / "run").info()["label"] == "reason bm25q file:mine"
 
 
 # --- the hub, offline ------------------------------------------------------------------------
@@ -332,7 +333,7 @@ def test_hub_generations_replay_offline_from_the_cache(tmp_path, offline, no_llm
     config = config_of(run_dir)
     sha = hashlib.sha256(files[name]).hexdigest()
     assert config["generation_sha256"] == {"Biology": sha}
-    assert read_run_info(run_dir)["label"] == f"lamer bm25q r2med:{LLM}"
+    assert RunFolder(run_dir).info()["label"] == f"lamer bm25q r2med:{LLM}"
     record = records(run_dir, "Biology")["q1"]
     q = QUERIES["q1"]
     assert step(record, "retrieve")["request"]["sparse_text"] == f"{q} {HY_DOCS['q1']}"

@@ -28,7 +28,7 @@ from eval.compare.plots import (
     task_bars_figure,
 )
 from eval.datasets import DEMO_DIR, load_task
-from eval.runs import QrelsError, RunQrels, run_qrels
+from eval.runs import QrelsError, RunFolder, RunQrels
 
 PASSAGE = "Immersion wrinkling of the fingers needs intact sympathetic nerves to the skin."
 ANSWER = "The wrinkling is an active, nerve-driven vasoconstriction, not passive soaking."
@@ -278,14 +278,14 @@ def test_qrels_that_cannot_be_loaded_leave_a_note_not_a_failure(demo, tmp_path):
 
 
 def test_run_qrels_is_the_loader_compare_uses(demo, tmp_path):
-    qrels = run_qrels(demo["none"], "demo", demo["root"] / "cache")
+    qrels = RunFolder(demo["none"]).qrels("demo", demo["root"] / "cache")
     assert qrels == load_task("demo", Path("unused")).qrels
     loader = RunQrels()
     assert loader.get(demo["none"], "demo") is loader.get(demo["o1"], "demo")  # loaded once
     with pytest.raises(QrelsError, match=r"has no task 'nope'"):
         loader.get(demo["none"], "nope")
     with pytest.raises(QrelsError, match=r"not a run folder \(no config.json\)"):
-        run_qrels(tmp_path, "demo")
+        RunFolder(tmp_path).qrels("demo")
 
 
 # ---- slimming -------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ and never another module's private name (``from m import _x`` or ``m._x``):
 5. the command lines: agents.cli, agents.run, agents.sweep, agents.trace, agents.rerank.__main__
 
 A command line of a lower package is on its package's floor: retrievers.serve.__main__ builds
-its flags from retrievers.flags, not agents.config.
+its flags from retrievers.flags, not agents.settings.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from agents.llm.client import NO_KEY_PLACEHOLDER
-from eval.runs import read_records
+from eval.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "smollm2"  # the server's model alias: the client asks for openai/smollm2
@@ -67,8 +67,8 @@ def _answers(url: str) -> bool:
 
 def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "smollm2-135m"):
     pytest.importorskip("llama_cpp.server.app", reason="llama_cpp.server needs its extras")
-    from agents.llm.local import model_file
     from agents.llm.prefix_cache import CHUNK
+    from agents.llm.weights import model_file
 
     log = folder / "server.log"
     # uvicorn cannot report a port it picked itself, so a free port is chosen here; another
@@ -246,7 +246,7 @@ def gguf_template(model: str, folder: Path) -> Path:
     """The chat template the model's GGUF carries, in a file."""
     from llama_cpp import Llama
 
-    from agents.llm.local import model_file
+    from agents.llm.weights import model_file
 
     llm = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
     path = folder / f"{model}.jinja"
@@ -322,7 +322,7 @@ def test_rank1_forces_through_the_server_with_its_token_ids_as_in_process(qwen_s
     import asyncio
 
     from agents.llm import LLM
-    from agents.llm.local import tokenizer
+    from agents.llm.pool import tokenizer
     from agents.rerank import StageContext
     from agents.rerank.rank1 import DEFAULTS, build_rank1
     from prompts import PromptBook

@@ -29,7 +29,8 @@ from litellm.types.utils import Usage as LiteUsage
 import agents.llm.client as llm_module
 import eval.retry
 from agents.llm.cache import LLMCache, cache_key
-from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage, check_credentials
+from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage
+from agents.llm.keys import auth_error_message, check_credentials
 from agents.runner import run_queries
 
 REPO = Path(__file__).resolve().parents[1]
@@ -439,15 +440,15 @@ def test_missing_credentials_is_an_auth_error_not_a_5xx(provider, monkeypatch):
 def test_auth_error_names_the_providers_variable(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     error = litellm.AuthenticationError(message="401", llm_provider="openai", model="gpt-4o-mini")
-    line = llm_module.auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
+    line = auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
     assert line == (
         "openai/gpt-4o-mini: authentication failed (401: the API key was rejected); "
         "set OPENAI_API_KEY"
     )
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # set but rejected: still the one to fix
-    line = llm_module.auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
+    line = auth_error_message("openai/gpt-4o-mini", error, sent_placeholder=False)
     assert line.endswith("set OPENAI_API_KEY") and SECRET not in line
-    line = llm_module.auth_error_message("hosted_vllm/q", error, sent_placeholder=True)
+    line = auth_error_message("hosted_vllm/q", error, sent_placeholder=True)
     assert line.endswith("(401: the server wants an API key); set HOSTED_VLLM_API_KEY")
 
 

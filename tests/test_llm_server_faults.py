@@ -24,7 +24,7 @@ import pytest
 import agents.llm.client
 from agents.interrupt import MESSAGE
 from agents.run import main
-from eval.runs import unpack_record
+from eval.records import unpack_record
 from tests.helpers import REPO
 
 

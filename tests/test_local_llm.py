@@ -15,18 +15,16 @@ import dataclasses
 import hashlib
 import importlib.util
 import shutil
+import subprocess
+import sys
 
 import litellm
 import pytest
 
-from agents.llm import local as local_llm
-from agents.llm.local import (
-    LOCAL_MODELS,
-    LocalModelError,
-    model_file,
-    register_local_provider,
-    render_chatml,
-)
+from agents.llm import weights
+from agents.llm.chatml import render_chatml
+from agents.llm.local import register_local_provider
+from agents.llm.weights import LOCAL_MODELS, LocalModelError, model_file
 
 QWEN = "qwen2.5-coder-0.5b"
 SMOL = "local/smollm2-135m"
@@ -98,7 +96,7 @@ def test_unknown_model_names_the_known_ones():
 
 def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("R2MED_AGENTS_CACHE", str(tmp_path))
-    assert local_llm.default_cache_dir() == tmp_path
+    assert weights.default_cache_dir() == tmp_path
 
 
 # --- prompts ----------------------------------------------------------------------------------
@@ -124,6 +122,27 @@ def test_chatml_leaves_a_trailing_assistant_turn_open():
         "<|im_start|>user\nQ<|im_end|>\n"
         "<|im_start|>assistant\nThe answer is"
     )
+
+
+@pytest.mark.parametrize(
+    "module, call",
+    [
+        ("agents.llm.chatml", "render_chatml([{'role': 'user', 'content': 'Hi'}], 'Be brief.')"),
+        ("agents.llm.weights", "model_file('local/smollm2-135m')"),
+    ],
+)
+def test_a_chat_template_and_the_weights_need_neither_litellm_nor_llama_cpp(module, call):
+    """Rendering a prompt, or finding a model's file, in a fresh process loads neither."""
+    from tests.helpers import REPO
+
+    code = (
+        f"import sys; from {module} import *; {call}; "
+        "print([m for m in ('litellm', 'llama_cpp') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", f"{module} loads {out.stdout.strip()}"
 
 
 # --- generation through litellm ---------------------------------------------------------------

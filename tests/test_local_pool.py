@@ -8,8 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agents.llm import local
-from agents.llm.local import SINGLE, PoolPlan, generate, load_pool, pool_plan
+from agents.llm import pool as llm_pool
+from agents.llm.generation import generate
+from agents.llm.pool import SINGLE, PoolPlan, load_pool, pool_plan
+from agents.llm.weights import LOCAL_MODELS, model_file
 from agents.run import main as run_main
 
 MODEL = "local/smollm2-135m"  # shipped whole: nothing to join
@@ -19,8 +21,8 @@ BIG = 64 << 30
 @pytest.fixture
 def machine(monkeypatch):
     def set_machine(cores: int, available: int | None) -> None:
-        monkeypatch.setattr(local, "cpu_count", lambda: cores)
-        monkeypatch.setattr(local, "memory_available", lambda: available)
+        monkeypatch.setattr(llm_pool, "cpu_count", lambda: cores)
+        monkeypatch.setattr(llm_pool, "memory_available", lambda: available)
 
     return set_machine
 
@@ -39,12 +41,12 @@ def test_one_core_or_little_memory_gets_one_instance_and_says_why(machine):
     plan = pool_plan(MODEL, concurrency=4)
     assert (plan.instances, plan.n_threads_batch) == (1, SINGLE.n_threads_batch)
     assert plan.reason == "auto: 1 cores, concurrency 4 (1 core)"
-    each = local.instance_bytes(local.model_file(MODEL), local.LOCAL_MODELS["smollm2-135m"].n_ctx)
-    assert local.model_file(MODEL).stat().st_size < each  # weights, KV cache, buffers
-    machine(4, local.HEADROOM_BYTES + 2 * each + 1)  # room for two
+    each = llm_pool.instance_bytes(model_file(MODEL), LOCAL_MODELS["smollm2-135m"].n_ctx)
+    assert model_file(MODEL).stat().st_size < each  # weights, KV cache, buffers
+    machine(4, llm_pool.HEADROOM_BYTES + 2 * each + 1)  # room for two
     plan = pool_plan(MODEL, concurrency=4)
     assert plan.instances == 2 and "GiB available holds 2" in plan.reason
-    machine(4, local.HEADROOM_BYTES + each // 2)  # room for none but the first
+    machine(4, llm_pool.HEADROOM_BYTES + each // 2)  # room for none but the first
     plan = pool_plan(MODEL, requested=4, concurrency=4)
     assert plan.instances == 1 and plan.reason.endswith("GiB available holds 1")
 
@@ -78,19 +80,18 @@ def test_a_lowered_count_is_recorded_in_the_run_config(machine, tmp_path, capsys
     config = json.loads((tmp_path / "r" / "config.json").read_text())
     assert config["machine"]["local_pool"][MODEL] == {
         "instances": 2, "n_threads": 1, "n_threads_batch": 1, "reason": why,
-        "prefix_bytes": local.PREFIX_MAX_BYTES,
+        "prefix_bytes": llm_pool.PREFIX_MAX_BYTES,
     }  # fmt: skip
 
 
 def test_kept_prefixes_take_a_share_of_the_memory_the_instances_leave(machine):
-    each = local.instance_bytes(local.model_file("smollm2-135m"), local.LOCAL_MODELS[
-        "smollm2-135m"].n_ctx)  # fmt: skip
-    machine(2, local.HEADROOM_BYTES + 2 * each + (400 << 20))
+    each = llm_pool.instance_bytes(model_file(MODEL), LOCAL_MODELS["smollm2-135m"].n_ctx)
+    machine(2, llm_pool.HEADROOM_BYTES + 2 * each + (400 << 20))
     plan = pool_plan(MODEL, concurrency=4)
     assert plan.instances == 2 and plan.prefix_bytes == 100 << 20
     machine(2, BIG)
-    assert pool_plan(MODEL, concurrency=4).prefix_bytes == local.PREFIX_MAX_BYTES
-    machine(2, local.HEADROOM_BYTES // 2)  # nothing left: no prefix is kept, one instance
+    assert pool_plan(MODEL, concurrency=4).prefix_bytes == llm_pool.PREFIX_MAX_BYTES
+    machine(2, llm_pool.HEADROOM_BYTES // 2)  # nothing left: no prefix is kept, one instance
     assert pool_plan(MODEL, concurrency=4).prefix_bytes == 0
     machine(2, None)  # memory unknown: the default budget
     assert pool_plan(MODEL, concurrency=4).prefix_bytes == SINGLE.prefix_bytes
@@ -144,6 +145,6 @@ def test_a_run_with_two_instances_equals_one_with_one(tmp_path):
     recorded = dict(config2["machine"]["local_pool"][MODEL])
     assert recorded.pop("prefix_bytes") >= 0  # follows this machine's free memory
     assert recorded == {
-        "instances": 2, "n_threads": 1, "n_threads_batch": max(1, local.cpu_count() // 2),
+        "instances": 2, "n_threads": 1, "n_threads_batch": max(1, llm_pool.cpu_count() // 2),
         "reason": "--local-instances 2",
     }  # fmt: skip

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import RunConfig, default_run_name, from_settings
+from agents.config import Recorded, RunConfig, default_run_name
 from agents.generations import parse_source
 from agents.llm import scripted
 from agents.naming import llm_free, prompt_version, run_folder_name, run_label, stage_labels
 from agents.run import main as run_main
+from agents.settings import from_settings
 from eval.compare import compare_runs, load_run, reference_run
 from eval.files import safe_name
-from eval.runs import RUN_INFO_FILE, read_run_info
+from eval.runs import RUN_INFO_FILE, RunFolder
 
 O1 = {"agent": "search-o1", "model": "local/qwen2.5-coder-0.5b"}
 
@@ -95,11 +96,12 @@ def test_a_rerank_of_a_finished_run_is_named_after_it():
 
 def test_run_label_names_agent_retriever_model_and_prompt_version():
     assert run_label(from_settings({"agent": "none", "bm25_method": "lucene"})) == "none lucene"
-    hyde = RunConfig(agent="hyde", prompts={"hyde": "ab" * 32})
+    hyde = RunConfig(agent="hyde", recorded=Recorded(prompts={"hyde": "ab" * 32}))
     label = run_label(hyde)
     assert label == f"hyde bm25q qwen2.5-coder-0.5b p:{prompt_version({'hyde': 'ab' * 32})}"
     assert len(label.split()[-1]) == 9
-    assert run_label(RunConfig(agent="hyde", prompts={"hyde": "cd" * 32})) != label
+    other = RunConfig(agent="hyde", recorded=Recorded(prompts={"hyde": "cd" * 32}))
+    assert run_label(other) != label
     assert prompt_version({}) == "-"
     staged = from_settings({**O1, "rerank": ["llm-listwise"]})
     assert run_label(staged) == "search-o1 bm25q qwen2.5-coder-0.5b rerank:llm-listwise"
@@ -141,7 +143,7 @@ def _run(toy_dir: Path, root: Path, name: str, *extra: str) -> Path:
 
 def test_a_run_stores_its_label_and_compare_shows_it(toy_dir, tmp_path):
     lucene = _run(toy_dir, tmp_path, "a", "--agent", "none", "--bm25-method", "lucene")
-    assert read_run_info(lucene) == {"label": "none lucene", "llm_free": True}
+    assert RunFolder(lucene).info() == {"label": "none lucene", "llm_free": True}
     moved = tmp_path / "elsewhere"
     shutil.copytree(lucene, moved)
     config = json.loads((moved / "config.json").read_text())
@@ -153,7 +155,7 @@ def test_an_older_folder_is_labelled_by_its_name_and_judged_by_its_calls(toy_dir
     scripted.install(lambda messages, params: "Aspirin inhibits platelet cyclooxygenase.")
     hyde = _run(toy_dir, tmp_path, "hyde", "--agent", "hyde", "--model", "scripted/x")
     none = _run(toy_dir, tmp_path, "plain", "--agent", "none")
-    assert read_run_info(hyde)["llm_free"] is False
+    assert RunFolder(hyde).info()["llm_free"] is False
     assert reference_run(compare_runs([hyde, none])) == "none bm25q"  # as stored
     for folder in (hyde, none):
         (folder / RUN_INFO_FILE).unlink()  # as written before run.json existed

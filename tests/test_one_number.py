@@ -32,7 +32,7 @@ from agents.llm import scripted
 from agents.run import main as run_main
 from eval.compare import compare_runs, comparison_markdown, write_comparison
 from eval.datasets import DataError, load_folder, read_qrels
-from eval.runs import unpack_record
+from eval.records import unpack_record
 from eval.score import main as score_main
 from retrievers.bm25 import build_bm25, build_bm25_from_tokens
 

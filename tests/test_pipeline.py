@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from agents import config as cfg
+from agents.binding import binding
+from agents.config import ConfigError, LLMConfig, RunConfig, StageConfig
 from agents.llm import scripted
 from agents.pipeline import run
 from agents.registry import STAGES, StageSpec
 from agents.run import main
-from eval.runs import read_records
+from agents.serialise import from_dict, to_dict
+from agents.settings import from_settings
+from agents.stages import parse_stage
+from eval.records import read_records
 from tests.helpers import REPO
 
 PASSAGE = "Statins inhibit HMG-CoA reductase and lower cholesterol."
@@ -72,10 +76,10 @@ def cli(tmp_path: Path, toy_dir: Path | str, name: str, *extra: str, cache: str 
 def test_the_python_call_and_the_cli_make_the_same_run(tmp_path, scripted_model):
     """On the bundled demo (15 queries, 342 passages), as the issue asks."""
     assert cli(tmp_path, "demo", "by-cli", "--max-tokens", "64", cache="cli-cache") == 0
-    config = cfg.RunConfig(
+    config = RunConfig(
         agent="hyde",
         dataset="demo",
-        llm=cfg.LLMConfig(model="scripted/x", max_tokens=64),
+        llm=LLMConfig(model="scripted/x", max_tokens=64),
         runs_dir=str(tmp_path / "runs"),
         cache_dir=str(tmp_path / "python-cache"),  # both pay: identical usage too
         run_name="by-python",
@@ -91,7 +95,7 @@ def test_the_python_call_and_the_cli_make_the_same_run(tmp_path, scripted_model)
     assert len(result.tasks["demo"].records) == 15
     by_cli = json.loads((runs / "by-cli" / "config.json").read_text())
     by_python = json.loads((runs / "by-python" / "config.json").read_text())
-    assert cfg.binding(cfg.from_dict(by_cli)) == cfg.binding(cfg.from_dict(by_python))
+    assert binding(from_dict(by_cli)) == binding(from_dict(by_python))
 
 
 def test_config_json_reads_back_as_the_same_config_and_the_same_run(
@@ -99,10 +103,10 @@ def test_config_json_reads_back_as_the_same_config_and_the_same_run(
 ):
     assert cli(tmp_path, toy_dir, "r", "--depth", "50", "--temperature", "0.5", "--pad") == 0
     saved = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
-    config = cfg.from_dict(saved)
-    assert cfg.to_dict(config) == saved  # a lossless round trip
+    config = from_dict(saved)
+    assert to_dict(config) == saved  # a lossless round trip
     assert config.eval.depth == 50 and config.eval.pad and config.llm.temperature == 0.5
-    assert config.prompts and all(len(h) == 64 for h in config.prompts.values())
+    assert config.recorded.prompts and all(len(h) == 64 for h in config.recorded.prompts.values())
     calls = scripted_model.calls
     result = run(config, progress=False)  # recognised as the same run: resumed, not refused
     assert scripted_model.calls == calls
@@ -113,8 +117,8 @@ def test_config_json_reads_back_as_the_same_config_and_the_same_run(
 
 
 def test_unknown_keys_in_a_saved_config_are_named():
-    with pytest.raises(cfg.ConfigError, match="llm.temprature: unknown setting"):
-        cfg.from_dict({"agent": "hyde", "llm": {"temprature": 1}})
+    with pytest.raises(ConfigError, match="llm.temprature: unknown setting"):
+        from_dict({"agent": "hyde", "llm": {"temprature": 1}})
 
 
 @pytest.mark.parametrize(
@@ -130,8 +134,8 @@ def test_unknown_keys_in_a_saved_config_are_named():
     ],
 )
 def test_bad_settings_are_refused_by_the_config_itself(settings, message):
-    with pytest.raises(cfg.ConfigError, match=message):
-        cfg.from_settings(settings)
+    with pytest.raises(ConfigError, match=message):
+        from_settings(settings)
 
 
 def test_a_sweep_cell_and_the_same_cli_command_make_the_same_folder(
@@ -146,7 +150,7 @@ def test_a_sweep_cell_and_the_same_cli_command_make_the_same_folder(
     )
     assert sweep_main([str(tmp_path / "sweep.toml")]) == 0
     [cell] = cells(load_sweep(tmp_path / "sweep.toml"))[0]
-    assert isinstance(cell.config, cfg.RunConfig)  # a cell is a config, never an argv
+    assert isinstance(cell.config, RunConfig)  # a cell is a config, never an argv
     code = main([
         "--agent", "hyde", "--dataset", str(toy_dir), "--model", "scripted/x",
         "--max-tokens", "64", "--depth", "20", "--runs-dir", str(tmp_path / "cli"),
@@ -156,7 +160,7 @@ def test_a_sweep_cell_and_the_same_cli_command_make_the_same_folder(
     [cli_dir] = (tmp_path / "cli").iterdir()
     sweep_dir = tmp_path / "out" / "runs" / cell.name
     assert snapshot(sweep_dir) == snapshot(cli_dir)
-    read = lambda d: cfg.binding(cfg.from_dict(json.loads((d / "config.json").read_text())))  # noqa: E731
+    read = lambda d: binding(from_dict(json.loads((d / "config.json").read_text())))  # noqa: E731
     assert read(sweep_dir) == read(cli_dir)
 
 
@@ -264,16 +268,16 @@ def test_retriever_settings_on_the_command_line_reach_the_retriever(tmp_path, to
     assert saved["api"] == {"api_base": "http://127.0.0.1:9/v1", "batch_size": 5,
                             "params": {"dimensions": "256"}}  # fmt: skip
     assert saved["fusion"]["method"] == "combsum" and saved["fusion"]["k"] == 30
-    assert cfg.from_dict({"retriever": saved}).retriever.dense == first.dense
+    assert from_dict({"retriever": saved}).retriever.dense == first.dense
 
 
 def test_a_stage_spec_names_its_model_after_a_colon(monkeypatch):
     monkeypatch.setitem(
         STAGES, "judge", StageSpec("judge", "test", Reverse, defaults={"model": "", "n": 1})
     )
-    stage = cfg.parse_stage("judge:BAAI/bge-reranker-v2-m3,n=3")
-    assert stage == cfg.StageConfig("judge", {"model": "BAAI/bge-reranker-v2-m3", "n": 3})
-    with pytest.raises(cfg.ConfigError, match="given twice"):
-        cfg.parse_stage("judge:a,model=b")
-    with pytest.raises(cfg.ConfigError, match="unknown stage 'nope'"):
-        cfg.parse_stage("nope")
+    stage = parse_stage("judge:BAAI/bge-reranker-v2-m3,n=3")
+    assert stage == StageConfig("judge", {"model": "BAAI/bge-reranker-v2-m3", "n": 3})
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_stage("judge:a,model=b")
+    with pytest.raises(ConfigError, match="unknown stage 'nope'"):
+        parse_stage("nope")

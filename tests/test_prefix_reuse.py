@@ -13,8 +13,10 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import numpy as np
 import pytest
 
-from agents.llm import local, prefix_cache
-from agents.llm.local import PoolPlan, generate, load_pool
+from agents.llm import pool as llm_pool
+from agents.llm import prefix_cache
+from agents.llm.generation import generate
+from agents.llm.pool import PoolPlan, load_model, load_pool
 from agents.llm.prefix_cache import PrefixStore, aligned, common_prefix, reusable
 from agents.run import main as run_main
 
@@ -96,7 +98,7 @@ def test_an_aligned_restore_gives_bitwise_the_logits_of_a_fresh_evaluation(monke
     # tokens as a batch of their own, with other kernels than the whole chunk a fresh
     # evaluation runs, and its floats differ (on SmolLM2 these happen to agree); so none is made
     monkeypatch.setattr(prefix_cache, "CHUNK", 16)
-    loaded = local.load_model(QWEN)
+    loaded = load_model(QWEN)
     llm = loaded.llm
     base = "<|im_start|>user\n" + " ".join(
         f"fact {i}: the patient has symptom {i * 7 % 13}." for i in range(12)
@@ -175,7 +177,7 @@ def _run(tmp_path, name: str, *flags: str) -> dict[str, list]:
 @pytest.mark.slow
 def test_a_search_o1_run_with_reuse_equals_the_run_without_call_for_call(tmp_path, instances):
     off = _run(tmp_path, "off", "--local-prefix-reuse", "off", "--local-instances", instances)
-    plans = [p for key, p in local._pools.items() if key[0] == "qwen2.5-coder-0.5b"]
+    plans = [p for key, p in llm_pool._pools.items() if key[0] == "qwen2.5-coder-0.5b"]
     for pool in plans:
         pool.prefixes = PrefixStore(pool.plan.prefix_bytes)  # nothing from earlier tests
     on = _run(tmp_path, "on", "--local-prefix-reuse", "on", "--local-instances", instances)

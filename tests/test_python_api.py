@@ -22,7 +22,7 @@ from agents import QueryResult, RunConfig, arun_query, from_settings, run_datase
 from agents.llm import scripted
 from agents.plan import RunError
 from eval import evaluate_run
-from eval.runs import read_per_query
+from eval.runs import StageFolder, TaskFolder
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "python.md"
@@ -71,16 +71,14 @@ def test_a_query_gets_what_a_run_records_for_it(provider, tmp_path: Path):
     assert result.stages[0].ranking == [(d, s) for d, s in agent["ranking"]]
     assert [s["node"] for s in result.stages[0].steps] == [s["node"] for s in agent["steps"]]
     # the figures are the run's, per stage
-    assert result.stages[0].metrics == read_per_query(task_dir)["q02"]
-    assert result.metrics == read_per_query(task_dir / "rerank-1-llm-pointwise")["q02"]
+    assert result.stages[0].metrics == StageFolder(task_dir).per_query()["q02"]
+    assert result.metrics == StageFolder(task_dir / "rerank-1-llm-pointwise").per_query()["q02"]
     # the run's q02 came from the cache run_query filled: the same replies, so the same lists
     assert all(s["cached"] for s in [*agent["steps"], *final["steps"]] if "usage" in s)
 
 
 def read_records_of(task_dir: Path) -> dict:
-    from eval.runs import read_records, records_path
-
-    return read_records(records_path(task_dir))
+    return TaskFolder(task_dir).records()
 
 
 def test_a_query_text_of_ones_own(provider, tmp_path: Path):

@@ -28,7 +28,7 @@ from agents.llm.sampling import model_family, preset_options, resolve
 from agents.llm.text import read_response, reasoning_parser
 from agents.llm.tokens import Counter
 from agents.run import main
-from eval.runs import unpack_record
+from eval.records import unpack_record
 from prompts import PromptBook
 from retrievers.base import DenseRetriever
 
@@ -462,7 +462,9 @@ def test_families():
 
 
 def test_the_preset_is_one_setting_for_flags_sweeps_and_python(tmp_path):
-    from agents.config import LLMConfig, RunConfig, from_dict, from_settings, to_dict
+    from agents.config import LLMConfig, RunConfig
+    from agents.serialise import from_dict, to_dict
+    from agents.settings import from_settings
     from agents.sweep import cells, load_sweep
 
     config = from_settings({"agent": "hyde", "preset": "paper", "seed": 7})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agents.llm import scripted
 from agents.run import main
-from eval.runs import SHARED_MIN, pack_record, read_records, record_line, unpack_record
+from eval.records import SHARED_MIN, pack_record, read_records, record_line, unpack_record
 
 
 def run(toy_dir: Path, tmp_path: Path, agent: str, *extra: str) -> Path:

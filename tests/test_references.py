@@ -23,10 +23,12 @@ from pathlib import Path
 import pytest
 
 from agents.cli import report
-from agents.config import RunConfig, from_settings, to_dict
+from agents.config import RunConfig
 from agents.paper import LLMS, RETRIEVERS, paper_figures, paper_reference, paper_row, paper_spec
 from agents.pipeline import run
 from agents.run import main as run_main
+from agents.serialise import to_dict
+from agents.settings import from_settings
 from eval.compare import compare_runs
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, R2MED_TASKS
@@ -53,6 +55,8 @@ from eval.references import (
     table_text,
 )
 from eval.references import main as references_main
+from eval.runs import TaskFolder
+from eval.task_summary import TaskSummary
 from tests.helpers import SHARED_ABSENT
 
 COMMIT = "62b7074600407f7776fbec6f55a4db96eb237ea4"  # R2MED's commit the shipped table is from
@@ -964,7 +968,7 @@ def test_printed_figures_of_a_conflicting_row_give_both_sources(runs, tmp_path):
     config = from_settings({"agent": "none", "retriever": "dense:ncbi/MedCPT-Article-Encoder"})
     medcpt = paper_for(config)
     assert medcpt.label == "R2MED repository: base/medcpt"
-    summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
+    summary = TaskFolder(runs["bm25q"] / "Biology").summary()
     tasks = {t: TaskResult(name=t, folder=t, summary=summary) for t in ("Biology", "PMC-Clinical")}
     first = report(tasks["Biology"]).split("\n", 1)[0]
     assert report(tasks["Biology"], medcpt).split("\n", 1)[0] == (
@@ -987,12 +991,12 @@ def test_report_lines_without_a_row_are_unchanged(runs):
     from agents.pipeline import TaskResult
 
     summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
-    result = TaskResult(name="Biology", folder="Biology", summary=summary)
+    result = TaskResult(name="Biology", folder="Biology", summary=TaskSummary.from_dict(summary))
     plain = report(result)
     ref = load_references()["hyde/qwen-7b/bm25"]
     first, rest = plain.split("\n", 1)
     assert report(result, ref) == f"{first} (R2MED repository, hyde/qwen-7b/bm25: 0.48493)\n{rest}"
-    other = TaskResult(name="toy", folder="toy", summary=summary)
+    other = TaskResult(name="toy", folder="toy", summary=TaskSummary.from_dict(summary))
     assert report(other, ref) == report(other)
 
 
@@ -1032,7 +1036,7 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
     summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
 
     def stub(config, *, on_task, **kwargs):
-        task = TaskResult(name="Biology", folder="Biology", summary=summary)
+        task = TaskResult(name="Biology", folder="Biology", summary=TaskSummary.from_dict(summary))
         on_task(task)
         return RunResult(tmp_path / "reranked", config, {"Biology": task}, 0.5)
 

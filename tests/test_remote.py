@@ -23,7 +23,7 @@ import pytest
 
 from agents.run import main
 from eval.datasets import load_folder, task_fingerprint
-from eval.runs import unpack_record
+from eval.records import unpack_record
 from retrievers import remote
 from retrievers.base import SearchRequest
 from tests.helpers import QUERIES

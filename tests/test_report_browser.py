@@ -30,7 +30,7 @@ from agents.llm.scripted import Reply
 from agents.run import main as run_main
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, load_tasks
-from eval.runs import unpack_record
+from eval.records import unpack_record
 from tests.browser import find_chromium, start_chromium
 
 EXAM = [f"q{i:02d}" for i in range(6, 11)]  # the demo's board-exam questions

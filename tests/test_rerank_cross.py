@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 
 import agents.registry
-from agents import config as cfg
+from agents.config import ConfigError, typed_options
 from agents.rerank import StageContext
 from agents.rerank.cross import CROSS, ScoreCache, build_stage, load_cross_encoder
 from agents.run import main
-from eval.runs import read_records
+from agents.serialise import to_dict
+from agents.settings import from_settings
+from agents.stages import parse_stage
+from eval.records import read_records
 from tests.helpers import DOCS, QUERIES
 
 FILLER = {f"x{i}": f"Filler passage number {i} about nothing medical." for i in range(7)}
@@ -56,7 +59,7 @@ def predict_calls(monkeypatch) -> list[int]:
 
 
 def _stage(model: Path, cache_dir: Path | None, **options):
-    typed = cfg.typed_options(CROSS, {"model": str(model), "device": "cpu", **options}, "rerank")
+    typed = typed_options(CROSS, {"model": str(model), "device": "cpu", **options}, "rerank")
     return build_stage(StageContext(corpus=CORPUS, task="toy", options=typed, cache_dir=cache_dir))
 
 
@@ -149,7 +152,7 @@ def test_device_auto_resolves_to_cuda_when_torch_sees_a_gpu(tmp_path, monkeypatc
     monkeypatch.setattr(sentence_transformers, "CrossEncoder", Spy)
     load_cross_encoder.cache_clear()
     try:
-        typed = cfg.typed_options(CROSS, {"model": str(tmp_path / "m")}, "rerank")
+        typed = typed_options(CROSS, {"model": str(tmp_path / "m")}, "rerank")
         assert typed["device"] == "auto"
         stage = build_stage(StageContext(corpus=CORPUS, task="toy", options=typed))
         assert stage.device == "cuda"
@@ -160,21 +163,21 @@ def test_device_auto_resolves_to_cuda_when_torch_sees_a_gpu(tmp_path, monkeypatc
 
 
 def test_options_are_checked_in_one_line():
-    with pytest.raises(cfg.ConfigError, match="option model is required"):
-        cfg.typed_options(CROSS, {}, "rerank")
-    with pytest.raises(cfg.ConfigError, match="option device must be one of"):
-        cfg.typed_options(CROSS, {"model": "m", "device": "tpu"}, "rerank")
-    with pytest.raises(cfg.ConfigError, match="option batch_size must be at least 1"):
-        cfg.typed_options(CROSS, {"model": "m", "batch_size": 0}, "rerank")
+    with pytest.raises(ConfigError, match="option model is required"):
+        typed_options(CROSS, {}, "rerank")
+    with pytest.raises(ConfigError, match="option device must be one of"):
+        typed_options(CROSS, {"model": "m", "device": "tpu"}, "rerank")
+    with pytest.raises(ConfigError, match="option batch_size must be at least 1"):
+        typed_options(CROSS, {"model": "m", "batch_size": 0}, "rerank")
 
 
 def test_the_model_after_the_colon_fills_option_model(monkeypatch):
     monkeypatch.setitem(agents.registry.STAGES, "cross", CROSS)
-    stage = cfg.parse_stage("cross:BAAI/bge-reranker-v2-m3,batch_size=16")
+    stage = parse_stage("cross:BAAI/bge-reranker-v2-m3,batch_size=16")
     assert stage.options == {**CROSS.defaults, "model": "BAAI/bge-reranker-v2-m3",
                              "batch_size": 16}  # fmt: skip
-    with pytest.raises(cfg.ConfigError, match="option model is required"):
-        cfg.parse_stage("cross,depth=10")
+    with pytest.raises(ConfigError, match="option model is required"):
+        parse_stage("cross,depth=10")
 
 
 def test_module_import_stays_light():
@@ -431,7 +434,7 @@ def r2med_top(ranking: dict[str, float], scores_of, top_k: int = 10) -> dict[str
 
 
 def _r2med_stage(model, **options):
-    typed = cfg.typed_options(CROSS, {"model": str(model), "device": "cpu", **options}, "rerank")
+    typed = typed_options(CROSS, {"model": str(model), "device": "cpu", **options}, "rerank")
     ctx = StageContext(corpus=R2MED_CORPUS, task="toy", options=typed, cache_dir=None)
     return build_stage(ctx)
 
@@ -548,7 +551,7 @@ def test_without_peft_rankllama_is_refused_in_one_line(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "peft", None)  # import peft fails, as if not installed
     for options in ({"model": "castorini/rankllama-v1-7b-lora-passage"},
                     {"model": str(tmp_path / "m"), "scoring": "rankllama"}):  # fmt: skip
-        typed = cfg.typed_options(CROSS, {**options, "device": "cpu"}, "rerank")
+        typed = typed_options(CROSS, {**options, "device": "cpu"}, "rerank")
         with pytest.raises(ValueError, match=r"^scoring rankllama .* pip install peft$"):
             build_stage(StageContext(corpus=CORPUS, task="toy", options=typed))
 
@@ -626,8 +629,8 @@ def test_r2med_options_are_checked_in_one_line():
                            ({"ties": "random"}, "option ties must be one of auto, previous, trec"),
                            ({"scoring": "logit", "base": "b"}, "option base is for a PEFT "
                                                                 "adapter")):  # fmt: skip
-        with pytest.raises(cfg.ConfigError, match=f"^cross: {message}"):
-            cfg.typed_options(CROSS, {"model": "m", **given}, "rerank")
+        with pytest.raises(ConfigError, match=f"^cross: {message}"):
+            typed_options(CROSS, {"model": "m", **given}, "rerank")
 
 
 @pytest.mark.parametrize("name", ["bge-reranker", "monobert", "rankllama"])
@@ -637,7 +640,7 @@ def test_a_depth_10_cross_stage_over_nv_embed_is_r2meds_reranker_row(name):
     model = {"bge-reranker": "BAAI/bge-reranker-v2-m3",
              "monobert": "castorini/monobert-large-msmarco",
              "rankllama": "castorini/rankllama-v1-7b-lora-passage"}[name]  # fmt: skip
-    config = cfg.to_dict(cfg.from_settings({
+    config = to_dict(from_settings({
         "agent": "none", "dataset": "r2med", "retriever": "dense:nvidia/NV-Embed-v2",
         "trust_remote_code": True,
         "rerank": [f"cross:{model},depth=10"],

@@ -12,7 +12,7 @@ from agents.llm import scripted
 from agents.rerank.__main__ import main as rerank_main
 from agents.run import main as run_main
 from agents.trace import main as trace_main
-from eval.runs import read_records
+from eval.records import read_records
 
 PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
 

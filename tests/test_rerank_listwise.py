@@ -21,7 +21,7 @@ from agents.rerank.listwise import (
     windows,
 )
 from agents.run import main
-from eval.runs import read_records
+from eval.records import read_records
 from prompts import PromptBook
 
 STAGE_FILE = "queries.jsonl"
@@ -215,7 +215,8 @@ def test_insertrank_shows_each_passage_with_its_first_stage_score(tmp_path):
 
 
 def test_bad_options_are_refused(listwise_stages):
-    from agents.config import ConfigError, parse_stage
+    from agents.config import ConfigError
+    from agents.stages import parse_stage
 
     for spec in ("llm-listwise,window=1", "llm-listwise,step=30", "llm-listwise,depth=0",
                  "insertrank,score_name= "):  # fmt: skip

@@ -21,7 +21,7 @@ from agents.rerank.pointwise import (
 )
 from agents.run import main
 from agents.trace import main as trace_main
-from eval.runs import read_records
+from eval.records import read_records
 from prompts import PromptBook
 
 LN = math.log
@@ -219,7 +219,8 @@ def test_logprobs_are_cached_with_the_reply(tmp_path):
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError, parse_stage
+    from agents.config import ConfigError
+    from agents.stages import parse_stage
 
     for spec in ("llm-pointwise,judge=maybe", "llm-pointwise,top_logprobs=21",
                  "llm-pointwise,depth=0", "llm-pointwise,reason=perhaps"):  # fmt: skip

@@ -23,7 +23,7 @@ from agents.rerank.rank1 import (
 )
 from agents.run import main
 from agents.trace import main as trace_main
-from eval.runs import read_records
+from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
 
@@ -110,7 +110,8 @@ def test_both_presets_send_rank1s_sampling():
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError, parse_stage
+    from agents.config import ConfigError
+    from agents.stages import parse_stage
 
     for spec in ("rank1,depth=0", "rank1,force=maybe"):
         with pytest.raises(ConfigError):
@@ -270,7 +271,7 @@ def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir, 
 def test_the_embedded_model_forces_with_its_own_token_ids(tmp_path):
     """Real llama.cpp: a small model never closes </think> in 16 tokens, so every passage is
     forced; the forced token is " true" or " false" and the two alternatives are all it has."""
-    from agents.llm.local import tokenizer
+    from agents.llm.pool import tokenizer
 
     ctx = StageContext(
         corpus=CORPUS, task="toy", options={**DEFAULTS, "depth": 2},

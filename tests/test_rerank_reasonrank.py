@@ -11,7 +11,7 @@ import pytest
 from ftfy import fix_text
 
 from agents.llm import LLM, scripted
-from agents.llm.local import render_chatml
+from agents.llm.chatml import render_chatml
 from agents.llm.sampling import resolve
 from agents.rerank import StageContext
 from agents.rerank.reasonrank import (
@@ -23,7 +23,7 @@ from agents.rerank.reasonrank import (
     windows,
 )
 from agents.run import main
-from eval.runs import read_records
+from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
 
@@ -208,7 +208,8 @@ def test_both_presets_send_reasonranks_budget():
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError, parse_stage
+    from agents.config import ConfigError
+    from agents.stages import parse_stage
 
     for spec in ("reasonrank,window=0", "reasonrank,step=0", "reasonrank,passage_tokens=0"):
         with pytest.raises(ConfigError):

@@ -27,7 +27,8 @@ from agents.trace import main as trace_main
 from eval.compare import compare_runs
 from eval.datasets import load_folder
 from eval.evaluate import evaluate
-from eval.runs import read_records, read_run_info
+from eval.records import read_records
+from eval.runs import RunFolder
 from eval.trec import read_run
 
 # A task whose BM25 lists have no tied scores: a run folder hands its stages the agent's
@@ -391,7 +392,7 @@ cache = "off"
     assert alone["metrics"] == evaluate(qrels, read_run(trec)).mean
     assert reranked["stages"]["agent"] == alone["metrics"]
     # no LLM was called, yet a file's lists come from a system unseen here (e5-mistral is one)
-    assert read_run_info(runs / names[0]) == {"label": "run:e5_top100", "llm_free": False}
+    assert RunFolder(runs / names[0]).info() == {"label": "run:e5_top100", "llm_free": False}
     swept_calls = provider.calls
     # the sweep's cell is the command line's rerank of the same file
     assert rerank_file(trec, task_dir, tmp_path, "--run-name", "cli") == 0

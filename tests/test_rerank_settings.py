@@ -6,11 +6,13 @@ import json
 
 import pytest
 
-from agents.config import ConfigError, RunConfig, default_run_name, from_settings, to_dict
+from agents.config import ConfigError, RunConfig, default_run_name
 from agents.llm import scripted
 from agents.run import main
+from agents.serialise import to_dict
+from agents.settings import from_settings
 from agents.sweep import SweepError, cells, load_sweep
-from eval.runs import read_records
+from eval.records import read_records
 
 
 def stages(**settings):

@@ -411,8 +411,10 @@ def test_a_server_that_goes_away_fails_those_queries_and_a_rerun_finishes(tmp_pa
             "--runs-dir", str(tmp_path / "runs"), "--run-name", "r", "--concurrency", "1",
             "--cache-dir", str(tmp_path / "cache"), "--quiet"]  # fmt: skip
     assert run_main(argv) == 1
-    records = [json.loads(x) for x in
-               (tmp_path / "runs" / "r" / "demo" / "queries.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(x)
+        for x in (tmp_path / "runs" / "r" / "demo" / "queries.jsonl").read_text().splitlines()
+    ]
     done = [r for r in records if r["error"] is None]
     failed = [r for r in records if r["error"]]
     assert 3 <= len(done) < 15 and failed

@@ -236,13 +236,13 @@ def test_a_disk_that_fills_up_mid_run_keeps_the_records(env, capsys, monkeypatch
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", "metrics.json")
 
-    real = eval.runs.write_task_summary
-    monkeypatch.setattr(eval.runs, "write_task_summary", full)
+    real = eval.runs.TaskFolder.write_summary
+    monkeypatch.setattr(eval.runs.TaskFolder, "write_summary", full)
     assert run(env, agent="hyde") == 2
     message = one_line_error(capsys)
     assert "no space left on the device" in message and "metrics.json" in message
     assert len(read_records(env["runs"] / "r" / "toy" / "queries.jsonl")) == 3
-    monkeypatch.setattr(eval.runs, "write_task_summary", real)
+    monkeypatch.setattr(eval.runs.TaskFolder, "write_summary", real)
     calls = env["provider"].calls
     assert run(env, agent="hyde") == 0
     assert env["provider"].calls == calls  # nothing paid for was lost

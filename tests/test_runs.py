@@ -1,5 +1,6 @@
-"""eval.runs (the run-folder layout, its readers and writers) and eval.usage; run names and
-labels are agents.naming's (tests/test_naming.py)."""
+"""eval.runs (the run-folder layout: RunFolder, TaskFolder, StageFolder), eval.records (a
+query's record and its lines), eval.task_summary (a task's metrics.json) and eval.usage; run
+names and labels are agents.naming's (tests/test_naming.py)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from eval import runs
-from eval.runs import (
-    final_stage_dir,
-    read_config,
-    read_per_query,
-    read_records,
-    read_run_info,
-    read_task_info,
-    read_task_summary,
-    record_line,
-    stage_chain,
-    stage_dir_name,
-    task_dirs,
-    write_config,
-    write_per_query,
-    write_run_summary,
-    write_task_summary,
-)
+from eval.records import QueryRecord, read_records, record_line
+from eval.runs import NotARunFolder, RunFolder, StageFolder, TaskFolder, stage_dir_name
+from eval.task_summary import TaskSummary
 from eval.usage import Usage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,68 +28,146 @@ FLAT = dict(
     prompts={}, options={"final_ranking": "answer", "max_turns": 15},
 )  # fmt: skip
 
+# a task's metrics.json as agents.pipeline writes it, keys in its order (a rerank of a run file)
+SUMMARY = {
+    "task": "toy", "notes": ["a note"], "metrics": {"NDCG@10": 0.3, "MRR": 0.5},
+    "averaging": "over 2 queries", "queries": 2, "failed": 1, "failures": {"q2": "boom"},
+    "usage": Usage(calls=3, prompt_tokens=9).to_dict(), "searches_per_query": 1.5,
+    "seconds": 0.25, "data": {"corpus": "c", "queries": "q"},
+    "stages": {"agent": {"NDCG@10": 0.1}, "rerank-1-llm": {"NDCG@10": 0.3}},
+    "final_stage": "rerank-1-llm", "outcomes": {"rerank-1-llm": {"matched": 4}},
+    "run_file": {"path": "e5.trec", "sha256": "ab", "missing": [], "repeated_lines": 0},
+    "bm25_baseline": {"NDCG@10": 0.2},
+}  # fmt: skip
+
+
+def written(value: object) -> str:
+    """A JSON file as eval.files.write_json writes it."""
+    return json.dumps(value, indent=2) + "\n"
+
 
 # ---- config, summaries, task folders --------------------------------------------------------
 
 
 def test_config_round_trips_and_a_damaged_one_is_named(tmp_path):
+    run = RunFolder(tmp_path)
     with pytest.raises(FileNotFoundError):
-        read_config(tmp_path)
-    write_config(tmp_path, FLAT)
-    assert read_config(tmp_path) == FLAT
+        run.config()
+    run.write_config(FLAT)
+    assert run.config() == FLAT
     config = tmp_path / "config.json"
+    assert run.config_path == config and config.read_text() == written(FLAT)
     config.write_bytes(config.read_bytes()[:30])
     with pytest.raises(ValueError) as info:
-        read_config(tmp_path)
+        run.config()
     message = str(info.value)
     assert message == f"{config}: damaged, cannot be read (JSONDecodeError)"
     config.write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a JSON object"):
-        read_config(tmp_path)
+        run.config()
+
+
+def test_a_folder_without_config_is_not_a_run_folder(tmp_path):
+    with pytest.raises(NotARunFolder) as info:
+        RunFolder(tmp_path / "nowhere").config()
+    assert str(info.value) == f"{tmp_path / 'nowhere'}: not a run folder (no config.json)"
+    assert isinstance(info.value, FileNotFoundError)  # callers that catch that still do
 
 
 def test_task_summary_is_none_when_absent_or_damaged(tmp_path, caplog):
-    assert read_task_summary(tmp_path) is None
-    write_task_summary(tmp_path, {"metrics": {"NDCG@10": 0.5}})
-    assert read_task_summary(tmp_path) == {"metrics": {"NDCG@10": 0.5}}
+    task = TaskFolder(tmp_path)
+    assert task.summary() is None
+    task.write_summary(TaskSummary.from_dict({"metrics": {"NDCG@10": 0.5}}))
+    assert task.summary().metrics == {"NDCG@10": 0.5}
     (tmp_path / "metrics.json").write_text('{"metrics": ')
     caplog.set_level(logging.WARNING)
-    assert read_task_summary(tmp_path) is None
+    assert task.summary() is None
     assert "damaged" in caplog.text and str(tmp_path / "metrics.json") in caplog.text
 
 
+def test_a_task_summary_reads_back_as_written_byte_for_byte(tmp_path):
+    task = TaskFolder(tmp_path)
+    summary = TaskSummary.from_dict(SUMMARY)
+    assert (summary.failed, summary.final_stage, summary.run_file["path"]) == (
+        1,
+        "rerank-1-llm",
+        "e5.trec",
+    )
+    assert (summary.generations, summary.source_run, summary.extra) == (None, None, {})
+    task.write_summary(summary)
+    assert task.summary_path.read_text() == written(SUMMARY)  # the pipeline's bytes and order
+    assert task.summary() == summary
+    # a file written by the current code reads the same, and is written back unchanged
+    (tmp_path / "metrics.json").write_text(written(SUMMARY))
+    assert task.summary().to_dict() == SUMMARY
+    assert list(task.summary().to_dict()) == list(SUMMARY)
+
+
+def test_a_task_summary_keeps_keys_it_does_not_know_and_defaults_missing_ones():
+    values = {**SUMMARY, "from_the_future": [1]}
+    assert TaskSummary.from_dict(values).to_dict() == values
+    older = TaskSummary.from_dict({"metrics": {"NDCG@10": 0.1}, "failed": None})
+    assert (older.final_stage, older.failed, older.bm25_baseline, older.stages) == (
+        "agent",
+        0,
+        None,
+        {},
+    )
+    assert "bm25_baseline" not in older.to_dict()  # an optional key is written only when set
+
+
+def test_run_summary_round_trips_in_run_order(tmp_path):
+    run = RunFolder(tmp_path)
+    assert run.summary() is None
+    by_task = {"b": TaskSummary.from_dict(SUMMARY), "a": TaskSummary(task="a")}
+    run.write_summary(by_task)
+    assert run.summary() == by_task and list(run.summary()) == ["b", "a"]
+    text = (tmp_path / "metrics.json").read_text()
+    assert text == written({k: s.to_dict() for k, s in by_task.items()})
+
+
 def test_run_info_holds_the_label_and_is_none_when_absent_or_damaged(tmp_path, caplog):
-    write_run_summary(tmp_path, {"a": {}})
-    assert read_run_info(tmp_path) is None  # no label given: a folder as older versions wrote
-    write_run_summary(tmp_path, {"a": {}}, label="none bm25q", llm_free=True)
-    assert read_run_info(tmp_path) == {"label": "none bm25q", "llm_free": True}
-    assert json.loads((tmp_path / "metrics.json").read_text()) == {"a": {}}  # tasks only
+    run = RunFolder(tmp_path)
+    run.write_summary({"a": TaskSummary()})
+    assert run.info() is None  # no label given: a folder as older versions wrote
+    run.write_summary({"a": TaskSummary()}, label="none bm25q", llm_free=True)
+    assert run.info() == {"label": "none bm25q", "llm_free": True}
+    assert list(json.loads((tmp_path / "metrics.json").read_text())) == ["a"]  # tasks only
     (tmp_path / "run.json").write_text("{")
     caplog.set_level(logging.WARNING)
-    assert read_run_info(tmp_path) is None
+    assert run.info() is None
     assert f"{tmp_path / 'run.json'}: damaged" in caplog.text
 
 
+def test_leaderboard_is_written_as_given(tmp_path):
+    RunFolder(tmp_path).write_leaderboard("| a |\n")
+    assert (tmp_path / "leaderboard.md").read_text() == "| a |\n"
+
+
 def test_task_info_is_none_when_absent_and_refused_when_damaged(tmp_path):
-    assert read_task_info(tmp_path) is None
-    runs.write_task_info(tmp_path, {"task": "toy", "fingerprint": {"corpus": "x"}})
-    assert read_task_info(tmp_path)["fingerprint"] == {"corpus": "x"}
+    task = TaskFolder(tmp_path)
+    assert task.info() is None
+    task.write_info({"task": "toy", "fingerprint": {"corpus": "x"}})
+    assert task.info()["fingerprint"] == {"corpus": "x"}
+    assert task.info_path.read_text() == written({"task": "toy", "fingerprint": {"corpus": "x"}})
     (tmp_path / "task.json").write_text("{")
     with pytest.raises(ValueError, match="task.json: damaged"):
-        read_task_info(tmp_path)
+        task.info()
 
 
-def test_task_dirs_follow_the_run_summary_then_sort_the_rest(tmp_path):
+def test_task_folders_follow_the_run_summary_then_sort_the_rest(tmp_path):
     for name in ("b", "a", "c"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "queries.jsonl").write_text("")
     (tmp_path / "not-a-task").mkdir()
     (tmp_path / ".hidden").mkdir()
     (tmp_path / ".hidden" / "queries.jsonl").write_text("")
-    assert [p.name for p in task_dirs(tmp_path)] == ["a", "b", "c"]
-    write_run_summary(tmp_path, {"c": {}, "gone": {}, "a": {}})
-    assert [p.name for p in task_dirs(tmp_path)] == ["c", "a", "b"]
-    assert task_dirs(tmp_path / "missing") == []
+    run = RunFolder(tmp_path)
+    assert [p.name for p in run.tasks()] == ["a", "b", "c"]
+    assert run.tasks()[0] == run.task("a") == TaskFolder(tmp_path / "a")
+    run.write_summary({"c": TaskSummary(), "gone": TaskSummary(), "a": TaskSummary()})
+    assert [p.name for p in run.tasks()] == ["c", "a", "b"]
+    assert RunFolder(tmp_path / "missing").tasks() == []
 
 
 def test_records_keep_the_last_of_each_query_and_skip_a_torn_line(tmp_path):
@@ -114,48 +178,67 @@ def test_records_keep_the_last_of_each_query_and_skip_a_torn_line(tmp_path):
     assert read_records(path) == {"q1": again}
     assert read_records(path, ("error",)) == {"q1": {"error": None}}
     assert "é" in record_line(first)  # kept readable, not escaped
+    stage = StageFolder(tmp_path)
+    assert stage.records_path == path and stage.records() == read_records(path)
+    assert list(stage.iter_records()) == [("q1", first), ("q1", again)]
+
+
+def test_a_query_record_is_the_runner_s_dict():
+    record = QueryRecord(query_id="q1", query="why?", ranking=[["d1", 2.0]], error=None)
+    values = record.to_dict()
+    assert list(values) == [
+        "query_id", "query", "ranking", "generated", "searches", "usage", "seconds", "error",
+        "steps",
+    ]  # fmt: skip
+    assert QueryRecord.from_dict({**values, "later": 1}) == record
+    assert json.loads(record_line(values)) == values
 
 
 def test_per_query_round_trips_and_a_bad_line_is_named(tmp_path):
-    assert read_per_query(tmp_path) == {}
+    stage = StageFolder(tmp_path)
+    assert stage.per_query() == {}
     rows = {"q1": {"NDCG@10": 0.25, "MRR": 1.0}, "q2": {"NDCG@10": 0.0, "MRR": 0.0}}
-    write_per_query(tmp_path, rows)
-    assert read_per_query(tmp_path) == rows
+    stage.write_per_query(rows)
+    assert stage.per_query() == rows
     first = (tmp_path / "per_query.jsonl").read_text().splitlines()[0]
     assert list(json.loads(first)) == ["query_id", "NDCG@10", "MRR"]
     with open(tmp_path / "per_query.jsonl", "a") as f:
         f.write('{"NDCG@10": 1}\n')
     with pytest.raises(ValueError, match=r"per_query.jsonl, line 3: not a per-query row"):
-        read_per_query(tmp_path)
+        stage.per_query()
 
 
 # ---- stages ---------------------------------------------------------------------------------
 
 
 def test_the_final_stage_is_the_one_metrics_json_names(tmp_path):
-    task = tmp_path / "toy"
-    task.mkdir()
-    assert final_stage_dir(task) == task  # nothing written yet: the agent's own folder
+    task = TaskFolder(tmp_path / "toy")
+    task.path.mkdir()
+    assert task.final_stage() == task  # nothing written yet: the agent's own folder
     first, second = stage_dir_name(1, "llm"), stage_dir_name(2, "cross encoder")
     assert (first, second) == ("rerank-1-llm", "rerank-2-cross_encoder")
+    assert task.stage(2, "cross encoder") == StageFolder(task.path / second)
     for name in (second, first, "rerank-x-bad", "other"):
-        (task / name).mkdir()
-    assert stage_chain(task) == [task, task / first, task / second]  # unfinished: all of them
+        (task.path / name).mkdir()
+    assert [s.name for s in task.stages()] == [first, second]  # by index, not by name
+    chain = [s.path for s in task.stage_chain()]
+    assert chain == [task.path, task.path / first, task.path / second]  # unfinished: all
 
-    write_task_summary(task, {"metrics": {"NDCG@10": 0.1}})  # written before stages existed
-    assert final_stage_dir(task) == task
+    def summarise(**values):
+        task.write_summary(TaskSummary.from_dict(values))
+
+    summarise(metrics={"NDCG@10": 0.1})  # written before stages existed
+    assert task.final_stage() == task
     stages = {"agent": {"NDCG@10": 0.1}, first: {"NDCG@10": 0.3}}
-    write_task_summary(task, {"metrics": {"NDCG@10": 0.3}, "stages": stages, "final_stage": first})
-    assert stage_chain(task) == [task, task / first]
-    write_task_summary(
-        task, {"metrics": {"NDCG@10": 0.1}, "stages": stages, "final_stage": "agent"}
-    )
-    assert final_stage_dir(task) == task
+    summarise(metrics={"NDCG@10": 0.3}, stages=stages, final_stage=first)
+    assert [s.path for s in task.stage_chain()] == [task.path, task.path / first]
+    summarise(metrics={"NDCG@10": 0.1}, stages=stages, final_stage="agent")
+    assert task.final_stage() == task
 
     for bad in ("../../elsewhere", "other", 3):
-        write_task_summary(task, {"metrics": {}, "final_stage": bad})
+        summarise(metrics={}, final_stage=bad)
         with pytest.raises(ValueError, match="is not a stage folder"):
-            final_stage_dir(task)
+            task.final_stage()
     with pytest.raises(ValueError):
         stage_dir_name(0, "llm")
 
@@ -199,9 +282,32 @@ def test_nothing_in_eval_imports_agents():
     assert offenders == []
 
 
+def test_only_eval_runs_joins_a_run_folder_s_file_names_onto_a_path():
+    """Every other module asks a RunFolder, TaskFolder or StageFolder where a file is."""
+    from eval import runs
+
+    constants = {name for name in vars(runs) if name.endswith("_FILE")}
+    names = {getattr(runs, name) for name in constants} - {"queries.jsonl"}  # also a dataset's
+    offenders = []
+    for folder in ("agents", "eval", "bench"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path == ROOT / "eval" / "runs.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)):
+                    continue
+                right = node.right
+                named = getattr(right, "attr", getattr(right, "id", None))
+                spelled = right.value if isinstance(right, ast.Constant) else None
+                if named in constants or spelled in names:
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert offenders == []
+
+
 def test_run_folder_readers_load_nothing_heavy():
     code = (
-        "import sys, eval.runs, eval.usage, eval.metrics, agents.trace\n"
+        "import sys, eval.runs, eval.records, eval.task_summary, eval.usage, eval.metrics\n"
+        "import agents.trace\n"
         "heavy = ('numpy', 'pytrec_eval', 'litellm', 'langgraph', 'torch')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )

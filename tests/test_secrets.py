@@ -13,10 +13,11 @@ from typing import Any
 import litellm
 import pytest
 
-from agents.config import from_settings, to_dict
 from agents.llm import scripted
 from agents.run import main
 from agents.secrets import public_url, redact
+from agents.serialise import to_dict
+from agents.settings import from_settings
 from agents.sweep import main as sweep_main
 from agents.trace import main as trace_main
 from eval.compare.__main__ import main as compare_main
@@ -344,11 +345,7 @@ def plain_in_files(root: Path, skip: tuple[Path, ...] = ()) -> list[tuple[str, s
         if any(path == s or s in path.parents for s in skip):
             continue
         data = path.read_bytes() if path.is_file() else b""
-        found += [
-            (str(path), s)
-            for s in PLAIN
-            if s.encode() in data or s in str(path)
-        ]
+        found += [(str(path), s) for s in PLAIN if s.encode() in data or s in str(path)]
     return found
 
 
@@ -655,16 +652,16 @@ def test_ordinary_codes_in_free_text_are_left_alone():
 
 
 def test_one_credential_rule_serves_every_layer():
-    import agents.llm.client
+    import agents.llm.keys
     import agents.secrets
     import eval.credentials
     import retrievers.config
 
     rule = eval.credentials.is_credential_name
-    for module in (agents.secrets, agents.llm.client, retrievers.config):
+    for module in (agents.secrets, agents.llm.keys, retrievers.config):
         assert module.is_credential_name is rule
     assert agents.secrets.public_url is eval.credentials.public_url
-    for module in (agents.secrets, agents.llm.client, retrievers.config):  # no regex of its own
+    for module in (agents.secrets, agents.llm.keys, retrievers.config):  # no regex of its own
         assert not [n for n in vars(module) if n.startswith(("_CREDENTIAL", "_USERINFO"))]
 
 
@@ -680,9 +677,9 @@ CREDENTIAL_NAMES = {
 
 
 def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatch):
-    """agents.secrets (masking), agents.llm.client (which missing variables are keys) and
+    """agents.secrets (masking), agents.llm.keys (which missing variables are keys) and
     retrievers.config (an embedding option named like a key) all answer as the one rule."""
-    import agents.llm.client
+    import agents.llm.keys
     from eval.credentials import is_credential_name
     from retrievers.config import ApiEmbedConfig
 
@@ -693,7 +690,7 @@ def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatc
     assert masked == CREDENTIAL_NAMES
 
     monkeypatch.setattr(litellm, "validate_environment", lambda model: {"missing_keys": names})
-    kept = agents.llm.client.missing_key_variables("openai/gpt-4o-mini")
+    kept = agents.llm.keys.missing_key_variables("openai/gpt-4o-mini")
     assert kept == [n for n in names if CREDENTIAL_NAMES[n]]
 
     def refused(name: str) -> bool:

@@ -295,7 +295,7 @@ def _qwen_template(messages: list[dict], tools: list[dict]) -> str:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from llama_cpp import Llama
 
-    from agents.llm.local import model_file
+    from agents.llm.weights import model_file
 
     llm = Llama(model_path=str(model_file("qwen2.5-coder-0.5b")), vocab_only=True, verbose=False)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -306,7 +306,8 @@ def _qwen_template(messages: list[dict], tools: list[dict]) -> str:
 
 def test_text_rendering_equals_qwens_own_template():
     from agents.graphs.tool_search import tool_schemas
-    from agents.llm.local import LOCAL_MODELS, render_chatml
+    from agents.llm.chatml import render_chatml
+    from agents.llm.weights import LOCAL_MODELS
     from agents.registry import AGENTS
     from prompts import PromptBook
 

@@ -164,7 +164,7 @@ def instructor(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-NV_CONFIG = '''from transformers import PretrainedConfig
+NV_CONFIG = """from transformers import PretrainedConfig
 
 
 class TinyNVConfig(PretrainedConfig):
@@ -174,7 +174,7 @@ class TinyNVConfig(PretrainedConfig):
         self.vocab_size = vocab_size
         self.hidden_size = hidden_size
         super().__init__(**kwargs)
-'''
+"""
 
 NV_MODEL = '''import torch
 from transformers import PreTrainedModel

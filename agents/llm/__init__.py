@@ -1,5 +1,6 @@
 """The LLM stack: one client (litellm behind a response cache, retries, usage and cost), the
-embedded llama.cpp models (`local`) and the scripted provider the tests use (`scripted`).
+embedded llama.cpp models (the litellm provider `local`; `weights`, `chatml`, `pool` and
+`generation` behind it) and the scripted provider the tests use (`scripted`).
 
 Public surface: `LLM` (the client), `Completion`, `Usage`, `LLMAuthError`, and the start-up
 checks `check_model` and `check_credentials`. They are loaded on first use (PEP 562), so
@@ -13,9 +14,9 @@ from typing import Any
 
 _HOMES = {
     "LLM": "agents.llm.client",
-    "Completion": "agents.llm.client",
-    "check_credentials": "agents.llm.client",
-    "check_model": "agents.llm.client",
+    "Completion": "agents.llm.responses",
+    "check_credentials": "agents.llm.keys",
+    "check_model": "agents.llm.keys",
     "Usage": "eval.usage",
     "LLMAuthError": "agents.llm.errors",
 }

@@ -20,32 +20,31 @@ Usage accounting: a cache hit reports the stored token counts (the work the answ
 for) but cost 0.0 (no money was spent this time), `cached_calls=1` and the lookup time as
 latency. Cost is None whenever litellm's cost map cannot price the model (local models,
 self-hosted servers, unknown names), and a None makes every total it is added to None.
+
+The key checks are `agents.llm.keys`'s, a response's decoding (and `Completion`) is
+`agents.llm.responses`'s, and litellm's process-wide settings are `agents.llm.litellm_setup`'s.
 """
 
 from __future__ import annotations
 
-import os
-
-# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import asyncio
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import litellm
 from aiolimiter import AsyncLimiter
 from tenacity import RetryCallState
 
 from agents.llm.cache import CACHE_MODES, LLMCache, cache_key
 from agents.llm.embedded import is_local, local_name
-from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
+from agents.llm.errors import LLMAuthError, LLMUnavailable
+from agents.llm.keys import auth_error_message, is_auth_error
+from agents.llm.litellm_setup import litellm
 from agents.llm.prefix_cache import evaluation_settings
+from agents.llm.responses import Completion, check_reply, entry_from_response, from_entry
 from agents.llm.serving import (
     CHAT_CONTINUING,
     ChatTemplate,
@@ -57,31 +56,14 @@ from agents.llm.serving import (
     resolve_server,
     server_template,
 )
-from agents.llm.tool_text import ToolCall, parse_tool_calls, tool_names
-from agents.secrets import NO_KEY_PLACEHOLDER, is_credential_name, public_url
-from eval.api_keys import (
-    AMBIENT_CREDENTIALS,
-    is_custom_provider,
-    missing_key_variables,
-    provider_of,
-)
+from agents.llm.tool_text import parse_tool_calls, tool_names
+from agents.secrets import NO_KEY_PLACEHOLDER, public_url
+from eval.api_keys import is_custom_provider, missing_key_variables, provider_of
 from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, retrying
 from eval.retry import retry_after_seconds as retry_after_seconds  # the client's name too
 from eval.usage import Usage
 
 log = logging.getLogger(__name__)
-
-# litellm prints hints to stdout and, at DEBUG, logs every request; keep both quiet and keep
-# message bodies out of any logging callback. An explicit LITELLM_LOG still wins.
-litellm.suppress_debug_info = True
-# httpx's own transport, not aiohttp's: litellm caches some of its aiohttp sessions but not all
-# (the text-completion path's), and an unclosed one prints "Unclosed client session" at exit
-litellm.disable_aiohttp_transport = True
-litellm.turn_off_message_logging = True
-litellm.log_raw_request_response = False
-if "LITELLM_LOG" not in os.environ:
-    for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
-        logging.getLogger(_name).setLevel(logging.WARNING)
 
 # Transient failures worth waiting out. Everything else (bad request, auth, not found,
 # context window exceeded, ...) fails the same way on every attempt, so it propagates at once.
@@ -96,10 +78,6 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-# The OpenAI SDK refuses to build a client without a key; litellm reports that as an
-# InternalServerError, which would otherwise be retried as a transient 5xx.
-_MISSING_KEY_MESSAGES = ("Missing credentials", "api_key client option must be set")
-
 LLAMACPP_NEUTRAL = {"top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
 OPEN_SAMPLING = ("top_k", "repetition_penalty")  # open-model servers' own sampling parameters
 
@@ -111,117 +89,6 @@ _sleep = asyncio.sleep  # tenacity's sleep between attempts (tests record it)
 
 # litellm reports a refused connection as InternalServerError with one of these messages
 _NO_SERVER = ("Connection error", "Cannot connect to host", "Connection refused")
-
-
-def key_variables(model: str) -> list[str]:
-    """The environment variables to set for `model`'s API key; [] if none is known.
-
-    litellm names only missing variables, so a set but rejected key is found among the set
-    credential variables named after the provider, else litellm's <PROVIDER>_API_KEY
-    convention (e.g. HOSTED_VLLM_API_KEY).
-    """
-    missing = missing_key_variables(model)
-    provider = provider_of(model)
-    if missing or provider is None or is_custom_provider(provider):
-        return missing
-    if provider in AMBIENT_CREDENTIALS:
-        return missing
-    stem = provider.replace("_", "").upper()
-    present = sorted(
-        name
-        for name in os.environ
-        if is_credential_name(name) and name.replace("_", "").upper().startswith(stem)
-    )
-    return present or [f"{provider.upper()}_API_KEY"]
-
-
-def check_credentials(model: str, api_base: str | None) -> None:
-    """Raise ValueError naming the variable to set when `model` cannot have a key.
-
-    A server given by `api_base` is assumed to need none (a placeholder is sent), so only a
-    provider's own endpoint is checked. Local and scripted providers need none.
-    """
-    if api_base:
-        return
-    missing = missing_key_variables(model)
-    if missing:
-        raise ValueError(
-            f"{model} needs an API key: set {' or '.join(missing)} "
-            "(or give --api-base for a server that needs none)"
-        )
-
-
-def is_auth_error(exc: BaseException) -> bool:
-    """A missing or rejected key, however litellm reports it."""
-    if isinstance(exc, litellm.AuthenticationError):
-        return True
-    text = str(exc)
-    return any(message in text for message in _MISSING_KEY_MESSAGES)
-
-
-def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -> str:
-    """One line for an auth failure, without the provider's text (it may quote the key)."""
-    status = getattr(exc, "status_code", None)
-    if not isinstance(exc, litellm.AuthenticationError):
-        why = "no API key"
-    elif sent_placeholder:
-        why = f"{status}: the server wants an API key"
-    else:
-        why = f"{status}: the API key was rejected"
-    variables = key_variables(model)
-    hint = f"set {' or '.join(variables)}" if variables else "check the provider's credentials"
-    return f"{model}: authentication failed ({why}); {hint}"
-
-
-def check_model(model: str) -> None:
-    """Raise ValueError for a model string no provider would take, before any query runs."""
-    provider, _, name = model.partition("/")
-    if provider == "local":
-        from agents.llm.local import LOCAL_MODELS
-
-        if name not in LOCAL_MODELS:
-            raise ValueError(
-                f"unknown local model {model!r}; local models: "
-                + ", ".join(f"local/{n}" for n in LOCAL_MODELS)
-            )
-        return
-    if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
-        return
-    try:
-        litellm.get_llm_provider(model)
-    except Exception:
-        raise ValueError(
-            f"unknown model {model!r}: litellm knows no provider for it; name it as "
-            "provider/model, e.g. openai/gpt-4o-mini or ollama/qwen2.5"
-        ) from None
-
-
-@dataclass
-class Completion:
-    text: str
-    finish_reason: str | None
-    usage: Usage  # this call alone: calls=1, cached_calls=1 if it came from the cache
-    cached: bool
-    model: str  # the model the provider reports, else the requested model string
-    # asked for with logprobs=True (top_logprobs=k): per generated token, (token, logprob,
-    # [(alternative, logprob), ...]); None when the provider returned none
-    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
-    # the stop string that ended the text, where the backend says (local/ models, vLLM,
-    # SGLang); None at the end of the turn, at max_tokens, or when the backend does not say
-    stop_reason: str | None = None
-    # the functions the model called, when it was offered tools (OpenAI's form, or parsed
-    # from the text where the prompt is rendered here: agents/llm/tool_text.py)
-    tool_calls: list[ToolCall] = field(default_factory=list)
-
-    def message(self) -> dict[str, Any]:
-        """The assistant message this completion adds to a conversation."""
-        if not self.tool_calls:
-            return {"role": "assistant", "content": self.text}
-        return {
-            "role": "assistant",
-            "content": self.text or None,
-            "tool_calls": [call.to_message() for call in self.tool_calls],
-        }
 
 
 @dataclass(repr=False)
@@ -249,7 +116,7 @@ class LLM:
     # a dry run's worst-case model (agents.llm.dry.DryModel): every call is answered and
     # counted there, and nothing is sent, cached or asked of a server
     dry: Any = field(default=None, compare=False)
-    # local/ models: the llama.cpp instances that serve it (agents.llm.local.PoolPlan; None:
+    # local/ models: the llama.cpp instances that serve it (agents.llm.pool.PoolPlan; None:
     # one instance)
     local_pool: Any = field(default=None, compare=False)
     # local/ models: restore prompt prefixes already evaluated (agents.llm.prefix_cache)
@@ -374,7 +241,7 @@ class LLM:
                 start = time.perf_counter()
                 entry = cache.get(key)
                 if entry is not None:
-                    return self._record(_from_entry(entry, time.perf_counter() - start))
+                    return self._record(from_entry(entry, time.perf_counter() - start))
 
         if is_local(self.model) and not self._local_ready:
             # Imported here so that API-only setups never load the local model stack.
@@ -387,15 +254,15 @@ class LLM:
         start = time.perf_counter()
         response = await self._call_with_retries(messages, stop, request, prompt)
         latency = time.perf_counter() - start
-        entry = _entry_from_response(response, self.model)
-        _check_reply(entry, self.model, request)  # before caching: no unusable answer is kept
+        entry = entry_from_response(response, self.model)
+        check_reply(entry, self.model, request)  # before caching: no unusable answer is kept
         if self._template is not None and prompt is None and request.get("tools"):
             # the completions endpoint returns text: read the calls from it, as local/ does
             entry["text"], calls = parse_tool_calls(entry["text"], tool_names(request["tools"]))
             entry["tool_calls"] = [dataclasses.asdict(call) for call in calls]
         if cache is not None and key is not None:  # key is set whenever cache is
             cache.set(key, entry)
-        completion = _from_entry(entry, latency, cached=False)
+        completion = from_entry(entry, latency, cached=False)
         return self._record(completion)
 
     def truncate_tokens(self, text: str, limit: int) -> tuple[str, str]:
@@ -406,7 +273,7 @@ class LLM:
         if self.dry is not None:  # counts without joining a model file
             return self.dry.truncate(self.model, text, limit)
         if is_local(self.model):
-            from agents.llm.local import tokenizer
+            from agents.llm.pool import tokenizer
 
             tok = tokenizer(local_name(self.model), self.cache_dir)
             ids = tok.tokenize(text)
@@ -590,139 +457,6 @@ def is_no_server(exc: BaseException) -> bool:
     if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
         return True
     return isinstance(exc, litellm.InternalServerError) and any(m in str(exc) for m in _NO_SERVER)
-
-
-def _check_reply(entry: dict, model: str, request: dict) -> None:
-    """Refuse an answer emptied by the length limit: searching nothing (or the raw query) in
-    its place would score a run that never had an answer."""
-    if entry["text"] or entry.get("tool_calls") or entry["finish_reason"] != "length":
-        return
-    budget = request.get("max_tokens") or request.get("max_completion_tokens")
-    cut = f"at its {budget}-token budget" if budget else "at its length limit"
-    raise LLMReplyError(
-        f"{model}: the reply was cut {cut} before any answer (a reasoning model's thinking "
-        "can fill it); raise --max-tokens"
-    )
-
-
-def _entry_from_response(response: Any, requested_model: str) -> dict:
-    """The cacheable fields of a litellm ModelResponse (chat) or TextCompletionResponse."""
-    if not getattr(response, "choices", None):
-        raise LLMReplyError(
-            f"{requested_model}: the server's reply holds no choices (an empty 'choices' list)"
-        )
-    choice = response.choices[0]
-    usage = getattr(response, "usage", None)
-    message = getattr(choice, "message", None)
-    text = message.content if message is not None else getattr(choice, "text", "")
-    return {
-        "text": text or "",
-        "finish_reason": choice.finish_reason,
-        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-        "cost": _cost(response, requested_model),
-        "model": getattr(response, "model", None) or requested_model,
-        "logprobs": _logprobs_entry(getattr(choice, "logprobs", None)),
-        "stop_reason": _stop_reason(choice),
-        "tool_calls": _tool_calls_entry(getattr(message, "tool_calls", None)),
-    }
-
-
-def _tool_calls_entry(calls: Any) -> list[dict[str, str]] | None:
-    """A message's tool calls as JSON data (None when it made none)."""
-    if not calls:
-        return None
-    out = []
-    for i, call in enumerate(calls):
-        function = _field(call, "function")
-        arguments = _field(function, "arguments")
-        out.append({
-            "id": str(_field(call, "id") or f"call_{i}"),
-            "name": str(_field(function, "name") or ""),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-        })  # fmt: skip
-    return out
-
-
-def _stop_reason(choice: Any) -> str | None:
-    """vLLM's ``stop_reason`` (litellm keeps it among the provider's fields): a stop string,
-    or a token id when a stop token ended the text, which is not a stop string."""
-    fields = getattr(choice, "provider_specific_fields", None) or {}
-    reason = fields.get("stop_reason") if isinstance(fields, dict) else None
-    return reason if isinstance(reason, str) else None
-
-
-def _field(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
-
-
-def _logprobs_entry(logprobs: Any) -> list | None:
-    """A choice's token logprobs as JSON data: OpenAI's chat form (``content``), as an object
-    or a dict, or the completions form (``tokens``, ``token_logprobs``, ``top_logprobs``)."""
-    if logprobs is None:
-        return None
-    tokens = _field(logprobs, "tokens")
-    if tokens:
-        values = _field(logprobs, "token_logprobs") or []
-        tops = _field(logprobs, "top_logprobs") or [None] * len(tokens)
-        return [
-            [str(t), float(lp if lp is not None else 0.0),
-             [[str(a), float(p)] for a, p in (top or {}).items()]]
-            for t, lp, top in zip(tokens, values, tops, strict=False)
-        ]  # fmt: skip
-    content = _field(logprobs, "content")
-    if not content:
-        return None
-    out = []
-    for item in content:
-        top = [
-            [str(_field(t, "token")), float(_field(t, "logprob"))]
-            for t in _field(item, "top_logprobs") or ()
-        ]
-        out.append([str(_field(item, "token")), float(_field(item, "logprob")), top])
-    return out
-
-
-def _as_logprobs(entry: list | None) -> list[tuple[str, float, list[tuple[str, float]]]] | None:
-    if entry is None:
-        return None
-    return [(token, lp, [(t, p) for t, p in top]) for token, lp, top in entry]
-
-
-def _cost(response: Any, requested_model: str) -> float | None:
-    """USD for this response from litellm's cost map, or None if it cannot be priced."""
-    if is_local(requested_model):
-        # Local compute has no price in the map, and a local model's name could collide with
-        # a priced API model's.
-        return None
-    try:
-        return float(litellm.completion_cost(completion_response=response))
-    except Exception:  # unmapped models raise assorted errors; a missing price is not fatal
-        return None
-
-
-def _from_entry(entry: dict, latency: float, cached: bool = True) -> Completion:
-    """The Completion a stored or fresh entry stands for; a cache hit spent no money."""
-    usage = Usage(
-        calls=1,
-        cached_calls=int(cached),
-        prompt_tokens=entry["prompt_tokens"],
-        completion_tokens=entry["completion_tokens"],
-        cost=0.0 if cached else entry["cost"],
-        latency_s=latency,
-    )
-    return Completion(
-        text=entry["text"],
-        finish_reason=entry["finish_reason"],
-        usage=usage,
-        cached=cached,
-        model=entry["model"],
-        logprobs=_as_logprobs(entry.get("logprobs")),
-        stop_reason=entry.get("stop_reason"),
-        tool_calls=[
-            ToolCall(c["id"], c["name"], c["arguments"]) for c in entry.get("tool_calls") or ()
-        ],
-    )
 
 
 async def close_clients() -> None:

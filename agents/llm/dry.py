@@ -99,7 +99,7 @@ class DryModel:
 
     def complete(self, model: str, messages: list[dict], request: Mapping[str, Any]) -> Any:
         """The call's worst-case `Completion`, counted in the stage's tally."""
-        from agents.llm.client import Completion
+        from agents.llm.responses import Completion
 
         count = self.counter(model)
         tools = request.get("tools")

@@ -1,5 +1,5 @@
 """How an embedded llama.cpp model is named: ``local/<name>``, ``<name>`` a key of
-``agents.llm.local.LOCAL_MODELS``. A leaf that imports nothing, so that any module may ask
+``agents.llm.weights.LOCAL_MODELS``. A leaf that imports nothing, so that any module may ask
 whether a model runs in this process without loading llama.cpp or litellm."""
 
 from __future__ import annotations

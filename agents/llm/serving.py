@@ -25,7 +25,7 @@ it) and written in as text otherwise; the calls are read back from the completio
 (agents/llm/tool_text.py).
 
 Every prompt on the completions path is evaluated from its first token, as the embedded
-provider's outputs are (agents/llm/local.py: fresh chunks, or restored whole chunks that are
+provider's outputs are (agents/llm/generation.py: fresh chunks, or restored whole chunks that are
 bitwise the same), so that an answer does not depend on which request the server ran before
 it (``FreshPrompts``). The same floats as in-process also need the server to evaluate in the
 same chunks (docs/serving.md: ``--n_batch 128 --n_ubatch 128``).
@@ -89,7 +89,7 @@ class ChatTemplate:
             else:
                 messages = tool_text.mapping_arguments(messages)
         if self.text is None:
-            from agents.llm.local import render_chatml
+            from agents.llm.chatml import render_chatml
 
             return render_chatml(messages)
         if self.folder is not None:
@@ -216,9 +216,9 @@ def server_template(api_base: str | None) -> ChatTemplate:
 def load_template(spec: str | None) -> ChatTemplate:
     """``chatml``/None, a Jinja file, or a tokenizer folder; a bad one is refused in one line."""
     if spec in (None, "", CHATML):
-        from agents.llm import local
+        from agents.llm.chatml import TEMPLATE_SHA256
 
-        return ChatTemplate(CHATML, hashlib.sha256(local.__name__.encode()).hexdigest(), None)
+        return ChatTemplate(CHATML, TEMPLATE_SHA256, None)
     path = Path(spec).expanduser()
     if path.is_dir():
         text = _folder_template(path, spec)

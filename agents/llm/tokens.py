@@ -77,7 +77,7 @@ class LiteLLMCounter(Counter):
         super().__init__()
         import litellm
 
-        import agents.llm.client  # noqa: F401  (quiets litellm's console hints)
+        import agents.llm.litellm_setup  # noqa: F401  (quiets litellm's console hints)
 
         self.model = model
         self._litellm = litellm
@@ -141,7 +141,8 @@ class LocalCounter(Counter):
         from llama_cpp import Llama
         from llama_cpp._utils import suppress_stdout_stderr
 
-        from agents.llm.local import LOCAL_MODELS, Tokenizer
+        from agents.llm.pool import Tokenizer
+        from agents.llm.weights import LOCAL_MODELS
 
         self.short = local_name(model)
         self.default_system = LOCAL_MODELS[self.short].default_system
@@ -154,7 +155,7 @@ class LocalCounter(Counter):
         self.described = f"{self.short}'s own tokenizer on the ChatML prompt (exact)"
 
     def _count(self, messages: Messages) -> int:
-        from agents.llm.local import render_chatml
+        from agents.llm.chatml import render_chatml
 
         # every turn starts with the special token <|im_start|>, where tokenization restarts:
         # the turns can be counted apart (and each only once across queries)
@@ -187,7 +188,7 @@ def counter(model: str, cache_dir: Path) -> Counter:
     """The most exact counter available for ``model`` without writing a file."""
     if not is_local(model):
         return LiteLLMCounter(model)
-    from agents.llm.local import LOCAL_MODELS, readable_model_file
+    from agents.llm.weights import LOCAL_MODELS, readable_model_file
 
     info = LOCAL_MODELS.get(local_name(model))
     why = "its file is not joined yet (the first run joins it)"
@@ -243,7 +244,7 @@ def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | Non
         return None
     import litellm
 
-    import agents.llm.client  # noqa: F401  (quiets litellm's console hints)
+    import agents.llm.litellm_setup  # noqa: F401  (quiets litellm's console hints)
 
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(

@@ -32,20 +32,13 @@ from pathlib import Path
 
 from agents import cli
 from agents.cli import command, paper_for, print_summary, setup_logging, task_printer
-from agents.config import (
-    STAGE_WIDE,
-    ConfigError,
-    LLMConfig,
-    RunConfig,
-    add_arguments,
-    from_dict,
-    from_settings,
-    settings_from_args,
-    stages_with,
-)
+from agents.config import ConfigError, LLMConfig, RunConfig
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
-from eval.runs import NotARunFolder, read_config
+from agents.serialise import from_dict
+from agents.settings import add_arguments, from_settings, settings_from_args
+from agents.stages import STAGE_WIDE, stages_with
+from eval.runs import NotARunFolder, RunFolder
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 
 # the flags of agents.run that a rerank of a finished run may set
@@ -115,11 +108,11 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
             f"--missing and --limit are for a run file (with --task)"
         )
     try:
-        source = from_dict(read_config(source_dir))
+        source = from_dict(RunFolder(source_dir).config())
     except NotARunFolder as e:
         raise ConfigError(str(e)) from None
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"{source_dir / 'config.json'}: {e}") from None
+        raise ConfigError(f"{RunFolder(source_dir).config_path}: {e}") from None
     wide = {STAGE_WIDE[k]: v for k, v in settings.items() if k in STAGE_WIDE}
     stages = stages_with(settings["rerank"], wide)
     llm_given = {k: settings[k] for k in LLM_FLAGS if k in settings}
@@ -142,7 +135,7 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
         rerank=stages,
         llm=llm,
         prompt_files=prompt_files,
-        prompts={},
+        recorded=dataclasses.replace(source.recorded, prompts={}),
         source_run=str(source_dir.resolve()),
         runs_dir=str(settings.get("runs_dir") or source_dir.resolve().parent),
         run_name=settings.get("run_name"),
@@ -180,7 +173,7 @@ def _used(source: RunConfig, key: str) -> str:
     given = getattr(source.llm, key)
     if given is not None or key == "preset":
         return str(given)
-    sent = next(iter(source.sampling.values()), {}).get("params", {})
+    sent = next(iter(source.recorded.sampling.values()), {}).get("params", {})
     name = SAMPLING_SETTINGS[key]
     value = sent.get(name, sent.get("max_completion_tokens") if name == "max_tokens" else None)
     return f"{value} (its preset's)" if value is not None else "none (not sent)"

@@ -156,7 +156,7 @@ class Rank1Reranker:
             tok = self.hub_tokenizer
             return [tok(w, add_special_tokens=False).input_ids[0] for w in (TRUE, FALSE)]
         if is_local(llm.model):
-            from agents.llm.local import tokenizer
+            from agents.llm.pool import tokenizer
 
             tok = tokenizer(local_name(llm.model), llm.cache_dir)
             return [tok.tokenize(w)[0] for w in (TRUE, FALSE)]

@@ -10,7 +10,7 @@ The package: `model` (the data: runs as read, deltas, costs, published rows) is 
 `reading`, `measures`, `published` and `comparison` (`compare_runs`); the renderers -
 `markdown`, `output` (the files), `plots` and `html` (report.html) - read the model, which
 imports none of them. `__main__` is the command line. A run's label is the one its folder
-stored (`eval.runs.read_run_info`), else the folder's name: nothing here reads a config's
+stored (`eval.runs.RunFolder.info`), else the folder's name: nothing here reads a config's
 shape beyond its dataset, limit, prompts and eval settings.
 
 Decisions worth knowing:

@@ -26,7 +26,7 @@ from typing import Any
 from eval.compare.markdown import TEST_NAMES
 from eval.compare.model import Comparison, RunData, reference_run
 from eval.files import write_text
-from eval.runs import QrelsError, iter_records, records_path, stage_chain
+from eval.runs import QrelsError, TaskFolder
 
 log = logging.getLogger(__name__)
 
@@ -143,10 +143,10 @@ def trajectories(run: RunData, task: str, texts: Mapping[str, str]) -> dict[str,
     wanted = set(query_ids)
     stages: dict[str, list[dict[str, Any]]] = {q: [] for q in query_ids}
     ranking: dict[str, tuple[list[Any], int]] = {}
-    for i, folder in enumerate(stage_chain(run.path / task)):
+    for i, folder in enumerate(TaskFolder(run.path / task).stage_chain()):
         name = "agent" if i == 0 else folder.name
         found: dict[str, dict[str, Any]] = {}
-        for qid, record in iter_records(records_path(folder)):
+        for qid, record in folder.iter_records():
             if qid not in wanted:
                 continue
             found[qid] = slim_record(name, record, texts[qid])

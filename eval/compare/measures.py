@@ -68,8 +68,9 @@ def cost(run: RunData, tasks: Sequence[str]) -> Cost:
             if usage.cost is not None:
                 n_priced += 1
                 priced.add(usage)
-        wall_s += float(files.summary.get("seconds") or 0.0)
-        failed += int(files.summary.get("failed") or 0)
+        if files.summary is not None:
+            wall_s += float(files.summary.seconds or 0.0)
+            failed += int(files.summary.failed or 0)
     return Cost(
         queries=queries,
         calls=total.calls,

@@ -12,6 +12,7 @@ from typing import Any
 
 from eval.references import Reference
 from eval.runs import RunQrels
+from eval.task_summary import TaskSummary
 from eval.usage import Usage
 
 
@@ -24,7 +25,7 @@ class TaskFiles:
     """What one task folder of a run holds, read once; scores are its final stage's."""
 
     per_query: dict[str, dict[str, float]]  # per_query.jsonl ({} if absent)
-    summary: dict[str, Any]  # the task's metrics.json ({} if absent or damaged)
+    summary: TaskSummary | None  # the task's metrics.json (None if absent or damaged)
     # queries.jsonl without steps: per query, the record of the latest stage that has one
     records: dict[str, dict[str, Any]]
     usage: dict[str, Usage]  # per query, summed over every stage up to the final one
@@ -36,7 +37,7 @@ class TaskFiles:
 @dataclass(frozen=True)
 class RunData:
     path: Path
-    label: str  # the one the run stored, else its folder's name (see `eval.runs.read_run_info`)
+    label: str  # the one the run stored, else its folder's name (see `eval.runs.RunFolder.info`)
     config: dict[str, Any]
     tasks: dict[str, TaskFiles]
     llm_free: bool | None = None  # as the run stored it; None: not stored (an older folder)

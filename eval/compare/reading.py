@@ -14,22 +14,7 @@ from typing import Any
 from eval.compare.model import CompareError, RunData, TaskFiles
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate, task_mean
 from eval.metrics import parse_metric
-from eval.runs import (
-    CONFIG_FILE,
-    TASK_METRICS_FILE,
-    NotARunFolder,
-    QrelsError,
-    RunQrels,
-    read_config,
-    read_per_query,
-    read_records,
-    read_run_info,
-    read_task_summary,
-    records_path,
-    run_trec_path,
-    stage_chain,
-    task_dirs,
-)
+from eval.runs import NotARunFolder, QrelsError, RunFolder, RunQrels, StageFolder
 from eval.trec import read_run
 from eval.usage import Usage
 
@@ -41,35 +26,36 @@ def load_run(path: Path | str) -> RunData:
     scored task. A folder that stored no label (written before labels were stored, or a run
     that has not ended) is labelled by its name."""
     path = Path(path)
+    folder = RunFolder(path)
     try:
-        config = read_config(path)
+        config = folder.config()
     except NotARunFolder as e:
         raise CompareError(str(e)) from None
     except ValueError as e:
         raise CompareError(str(e)) from None
     tasks = {}
     try:
-        for folder in task_dirs(path):
-            chain = stage_chain(folder)
+        for task in folder.tasks():
+            chain = task.stage_chain()
             final = chain[-1]
-            per_query = read_per_query(final)
-            run_trec = run_trec_path(final)
+            per_query = final.per_query()
+            run_trec = final.run_trec_path
             if not per_query and not run_trec.is_file():
                 continue  # a task that never finished a pass
-            summary = read_task_summary(folder)
+            summary = task.summary()
             records, usage = stage_records(chain)
-            tasks[folder.name] = TaskFiles(
+            tasks[task.name] = TaskFiles(
                 per_query=per_query,
-                summary=summary or {},
+                summary=summary,
                 records=records,
                 usage=usage,
                 run_trec=run_trec,
-                summary_damaged=summary is None and (folder / TASK_METRICS_FILE).exists(),
+                summary_damaged=summary is None and task.summary_path.exists(),
                 stages=len(chain) - 1,
             )
     except ValueError as e:
         raise CompareError(str(e)) from None
-    info = read_run_info(path) or {}
+    info = folder.info() or {}
     label = info.get("label")
     if not isinstance(label, str) or not label.strip():
         label = path.resolve().name or str(path)
@@ -83,12 +69,12 @@ def load_run(path: Path | str) -> RunData:
     )
 
 
-def stage_records(chain: Sequence[Path]) -> tuple[dict[str, dict], dict[str, Usage]]:
+def stage_records(chain: Sequence[StageFolder]) -> tuple[dict[str, dict], dict[str, Usage]]:
     """Per query: the record of the latest stage holding one, and usage summed over all."""
     records: dict[str, dict[str, Any]] = {}
     usage: dict[str, Usage] = {}
     for stage in chain:
-        for qid, record in read_records(records_path(stage), RECORD_FIELDS).items():
+        for qid, record in stage.records(RECORD_FIELDS).items():
             text = record.get("query") or records.get(qid, {}).get("query")
             records[qid] = {**record, "query": text}  # a later stage may not repeat the text
             usage.setdefault(qid, Usage()).add(Usage.from_dict(record.get("usage")))
@@ -132,7 +118,7 @@ def eval_settings(run: RunData) -> tuple[str, str]:
     ties = settings.get("ties", "trec")
     if missing not in MISSING_POLICIES or ties not in TIE_ORDERS:
         raise CompareError(
-            f"{run.path / CONFIG_FILE}: field 'eval': unknown missing {missing!r} or ties "
+            f"{RunFolder(run.path).config_path}: field 'eval': unknown missing {missing!r} or ties "
             f"{ties!r}; expected one of {MISSING_POLICIES} and {TIE_ORDERS}"
         )
     return missing, ties
@@ -153,20 +139,20 @@ def check_against_summary(
     where = f"{label}: {task}"
     if files.summary_damaged:
         return [f"{where}: its metrics.json is damaged; the table is not checked"]
-    if not summary:
+    if summary is None:
         return [f"{where}: no metrics.json (the task never finished); the table is not checked"]
     notes = []
-    if summary.get("failed"):
+    if summary.failed:
         missing, _ = eval_settings(run)
         worth = "scored 0" if missing == "zero" else "left out, as missing=present leaves them"
-        notes.append(f"{where}: {summary['failed']} queries failed ({worth})")
-    expected = (summary.get("metrics") or {}).get(metric)  # the final stage's
+        notes.append(f"{where}: {summary.failed} queries failed ({worth})")
+    expected = summary.metrics.get(metric)  # the final stage's
     if expected is None:
         notes.append(f"{where}: its metrics.json holds no {metric}; the table is not checked")
         return notes
     mean = task_mean(list(values.values()))
     if abs(mean - expected) > 1e-9:
-        why = f" ({summary['averaging']})" if summary.get("averaging") else ""
+        why = f" ({summary.averaging})" if summary.averaging else ""
         if qrels.spec is not None:
             why += f"; the table keeps only the queries --qrels-from {qrels.spec} judges"
         notes.append(
