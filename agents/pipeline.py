@@ -499,9 +499,6 @@ def final_run(run: dict, task: Task, config: RunConfig) -> dict:
     return run if depth is None else top_k(run, depth, config.eval.ties)
 
 
-_final_run = final_run  # its earlier name, which tests/test_one_number.py imports
-
-
 def _searches_per_query(records: dict) -> float:
     """Searches the agent chose to make (its state's count, not its final ranking's)."""
     return round(sum(r.get("searches", 0) for r in records.values()) / max(1, len(records)), 3)

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 import tempfile
 from collections import Counter as Tally
 from pathlib import Path
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.llm import scripted  # noqa: E402

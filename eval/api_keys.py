@@ -10,7 +10,6 @@ imported when a model is first looked up.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,20 +22,22 @@ NO_KEY_PLACEHOLDER = "r2med-agents-no-key"
 # Providers whose SDKs find credentials beyond environment variables (AWS config files and
 # instance roles, Azure AD and managed identities, Google ADC): an unset variable proves
 # nothing, and an api_key would switch them to another auth scheme.
+# litellm's provider name for the embedded llama.cpp models (agents.llm.local), which need no
+# key: model names "local/<name>"
+EMBEDDED_PROVIDER = "local"
+
 AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "vertex_ai"})
 
 
 def _litellm() -> Any:
-    # Must precede the litellm import: otherwise importing litellm fetches the cost map online.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    from eval.litellm_setup import litellm
 
     return litellm
 
 
 def is_custom_provider(provider: str) -> bool:
     """A provider registered with litellm as custom (``local``: the embedded models')."""
-    return provider == "local" or any(
+    return provider == EMBEDDED_PROVIDER or any(
         entry["provider"] == provider for entry in _litellm().custom_provider_map
     )
 

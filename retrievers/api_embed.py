@@ -52,9 +52,7 @@ class EmbeddingUnavailable(ValueError):
 
 
 def _litellm():
-    # Without this, importing litellm tries to download its model price list (no internet).
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    from eval.litellm_setup import litellm
 
     return litellm
 

@@ -1,11 +1,8 @@
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from eval.datasets import Task  # noqa: E402
 from retrievers import dense  # noqa: E402

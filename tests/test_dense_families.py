@@ -15,13 +15,10 @@ references below add it as 4.x did, so a test fails if our encoder loses it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from retrievers.dense import build_dense  # noqa: E402
 from retrievers.families import family_for, family_instructions  # noqa: E402

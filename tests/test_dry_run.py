@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 
+import litellm  # noqa: E402
 import pytest
 
 from agents.dry_run import MEASURED, WORST_CASE, estimate, format_estimate, usd
@@ -18,9 +18,6 @@ from eval.records import read_records
 from eval.usage import Usage
 from prompts import PromptBook
 from tests.helpers import DOCS, QUERIES
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-import litellm  # noqa: E402
 
 PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
 BOUND = WORST_CASE

@@ -16,9 +16,6 @@ import sys
 import types
 from pathlib import Path
 
-# Importing litellm before agents.llm would otherwise fetch its cost map from the network.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import diskcache
 import litellm
 import pytest
@@ -556,3 +553,28 @@ def test_auth_error_stops_the_run_and_keeps_finished_records(tmp_path):
     graph = _Graph(auth_from=99)
     records = run(run_queries(graph, queries, out, concurrency=4, progress=False))
     assert graph.started == ["q1", "q3", "q4", "q5"] and len(records) == 6
+
+
+def test_litellm_is_imported_in_one_place_that_keeps_it_offline():
+    """Every module takes litellm from eval.litellm_setup, which sets the local cost map first:
+    a module imported alone (the scripted provider, in a notebook) never fetches it online."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[1]
+    found = []
+    for package in ("agents", "eval", "retrievers", "prompts", "bench"):
+        for path in sorted((repo / package).rglob("*.py")):
+            if path.name == "litellm_setup.py":
+                continue
+            for node in ast.parse(path.read_text()).body:  # module level: runs on import
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""]
+                if any(n == "litellm" or n.startswith("litellm.") for n in names):
+                    found.append(str(path.relative_to(repo)))
+    assert found == []
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    code = "import os, agents.llm.scripted; print(os.environ['LITELLM_LOCAL_MODEL_COST_MAP'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=repo, capture_output=True,
+                         text=True, check=True, timeout=120)  # fmt: skip
+    assert out.stdout.strip() == "True"

@@ -5,11 +5,6 @@ SmolLM2 at temperature 0, and checks against the model's own greedy output rathe
 against what a tiny model ought to say.
 """
 
-import os
-
-# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import asyncio
 import dataclasses
 import hashlib

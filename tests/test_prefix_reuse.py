@@ -5,10 +5,7 @@ a whole run with reuse on equals the run with it off, call for call."""
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ThreadPoolExecutor
-
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import numpy as np
 import pytest

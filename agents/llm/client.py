@@ -22,7 +22,7 @@ latency. Cost is None whenever litellm's cost map cannot price the model (local 
 self-hosted servers, unknown names), and a None makes every total it is added to None.
 
 The key checks are `agents.llm.keys`'s, a response's decoding (and `Completion`) is
-`agents.llm.responses`'s, and litellm's process-wide settings are `agents.llm.litellm_setup`'s.
+`agents.llm.responses`'s, and litellm's process-wide settings are `eval.litellm_setup`'s.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from agents.llm.cache import CACHE_MODES, LLMCache, cache_key
 from agents.llm.embedded import is_local, local_name
 from agents.llm.errors import LLMAuthError, LLMUnavailable
 from agents.llm.keys import auth_error_message, is_auth_error
-from agents.llm.litellm_setup import litellm
 from agents.llm.prefix_cache import evaluation_settings
 from agents.llm.responses import Completion, check_reply, entry_from_response, from_entry
 from agents.llm.serving import (
@@ -59,6 +58,7 @@ from agents.llm.serving import (
 from agents.llm.tool_text import parse_tool_calls, tool_names
 from agents.secrets import NO_KEY_PLACEHOLDER, public_url
 from eval.api_keys import is_custom_provider, missing_key_variables, provider_of
+from eval.litellm_setup import litellm
 from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, retrying
 from eval.retry import retry_after_seconds as retry_after_seconds  # the client's name too
 from eval.usage import Usage

@@ -1,10 +1,12 @@
 """How an embedded llama.cpp model is named: ``local/<name>``, ``<name>`` a key of
-``agents.llm.weights.LOCAL_MODELS``. A leaf that imports nothing, so that any module may ask
-whether a model runs in this process without loading llama.cpp or litellm."""
+``agents.llm.weights.LOCAL_MODELS``. A leaf (it imports only the provider's name), so that any
+module may ask whether a model runs in this process without loading llama.cpp or litellm."""
 
 from __future__ import annotations
 
-LOCAL_PREFIX = "local/"
+from eval.api_keys import EMBEDDED_PROVIDER
+
+LOCAL_PREFIX = f"{EMBEDDED_PROVIDER}/"
 
 
 def is_local(model: str) -> bool:

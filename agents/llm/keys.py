@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from agents.llm.litellm_setup import litellm
+from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.secrets import is_credential_name
 from eval.api_keys import (
     AMBIENT_CREDENTIALS,
@@ -20,6 +20,7 @@ from eval.api_keys import (
     missing_key_variables,
     provider_of,
 )
+from eval.litellm_setup import litellm
 
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
@@ -88,16 +89,16 @@ def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -
 
 def check_model(model: str) -> None:
     """Raise ValueError for a model string no provider would take, before any query runs."""
-    provider, _, name = model.partition("/")
-    if provider == "local":
+    if is_local(model):
         from agents.llm.weights import LOCAL_MODELS
 
-        if name not in LOCAL_MODELS:
+        if local_name(model) not in LOCAL_MODELS:
             raise ValueError(
                 f"unknown local model {model!r}; local models: "
-                + ", ".join(f"local/{n}" for n in LOCAL_MODELS)
+                + ", ".join(LOCAL_PREFIX + n for n in LOCAL_MODELS)
             )
         return
+    provider = model.partition("/")[0]
     if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
         return
     try:

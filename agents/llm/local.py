@@ -24,38 +24,24 @@ finish_reason alone cannot tell a stop string from the end of the turn.
 
 from __future__ import annotations
 
-import os
-
-# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 import asyncio
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import litellm
-from litellm import CustomLLM
-from litellm.types.utils import (
-    ChatCompletionTokenLogprob,
-    ChoiceLogprobs,
-    Choices,
-    Message,
-    ModelResponse,
-    TopLogprob,
-    Usage,
-)
-
 from agents.llm import tool_text
 from agents.llm.chatml import content_text, render_chatml
-from agents.llm.embedded import LOCAL_PREFIX
 from agents.llm.generation import Generation, PromptTooLong, generate
 from agents.llm.pool import SINGLE, LoadedModel, PoolPlan, load_pool
 from agents.llm.prefix_cache import PrefixStore
 from agents.llm.weights import LOCAL_MODELS, LocalModelError
+from eval.api_keys import EMBEDDED_PROVIDER
+from eval.litellm_setup import litellm
 
-PROVIDER = LOCAL_PREFIX.removesuffix("/")  # litellm's provider name: "local"
+litellm_types = litellm.types.utils  # its response types, taken after the setup
+
+PROVIDER = EMBEDDED_PROVIDER
 DEFAULT_LOCAL_MODEL = f"{PROVIDER}/qwen2.5-coder-0.5b"
 
 
@@ -70,18 +56,19 @@ def _logprobs_asked(params: dict) -> int | None:
     return int(asked)
 
 
-def choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
+def choice_logprobs(scored: list | None) -> litellm_types.ChoiceLogprobs | None:
     """Per-token (token, logprob, [(alternative, logprob)]) as OpenAI's choice logprobs."""
     if scored is None:
         return None
-    return ChoiceLogprobs(
+    return litellm_types.ChoiceLogprobs(
         content=[
-            ChatCompletionTokenLogprob(
+            litellm_types.ChatCompletionTokenLogprob(
                 token=piece,
                 logprob=logprob,
                 bytes=list(piece.encode("utf-8")),
                 top_logprobs=[
-                    TopLogprob(token=t, logprob=lp, bytes=list(t.encode("utf-8"))) for t, lp in top
+                    litellm_types.TopLogprob(token=t, logprob=lp, bytes=list(t.encode("utf-8")))
+                    for t, lp in top
                 ],
             )
             for piece, logprob, top in scored
@@ -89,7 +76,7 @@ def choice_logprobs(scored: list | None) -> ChoiceLogprobs | None:
     )
 
 
-class LocalLLM(CustomLLM):
+class LocalLLM(litellm.CustomLLM):
     """litellm's handler for "local/<name>" models."""
 
     def __init__(
@@ -108,8 +95,12 @@ class LocalLLM(CustomLLM):
         self.pool = pool
 
     def _respond(
-        self, model: str, messages: list, optional_params: dict, model_response: ModelResponse
-    ) -> ModelResponse:
+        self,
+        model: str,
+        messages: list,
+        optional_params: dict,
+        model_response: litellm_types.ModelResponse,
+    ) -> litellm_types.ModelResponse:
         try:
             pool = load_pool(model, self.cache_dir, self.n_ctx, self.seed, self.pool)
         except (ValueError, LocalModelError) as exc:
@@ -176,20 +167,20 @@ class LocalLLM(CustomLLM):
         )
 
     def _response(
-        self, result: Generation, name: str, tools: Any, model_response: ModelResponse
-    ) -> ModelResponse:
+        self, result: Generation, name: str, tools: Any, model_response: litellm_types.ModelResponse
+    ) -> litellm_types.ModelResponse:
         text, calls = result.text, []
         if tools:
             text, calls = tool_text.parse_tool_calls(result.text, tool_text.tool_names(tools))
-        message = Message(content=text, role="assistant")
+        message = litellm_types.Message(content=text, role="assistant")
         if calls:
-            message = Message(
+            message = litellm_types.Message(
                 content=text or None,
                 role="assistant",
                 tool_calls=[call.to_message() for call in calls],
             )
         model_response.choices = [
-            Choices(
+            litellm_types.Choices(
                 finish_reason="tool_calls" if calls else result.finish_reason,
                 index=0,
                 message=message,
@@ -199,7 +190,7 @@ class LocalLLM(CustomLLM):
         ]
         model_response.model = f"{PROVIDER}/{name}"
         model_response.created = int(time.time())
-        model_response.usage = Usage(
+        model_response.usage = litellm_types.Usage(
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
             total_tokens=result.prompt_tokens + result.completion_tokens,

@@ -16,8 +16,8 @@ from typing import Any
 
 from agents.llm.embedded import is_local
 from agents.llm.errors import LLMReplyError
-from agents.llm.litellm_setup import litellm
 from agents.llm.tool_text import ToolCall
+from eval.litellm_setup import litellm
 from eval.usage import Usage
 
 

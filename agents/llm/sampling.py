@@ -319,7 +319,7 @@ def model_family(model: str, server: str) -> str:
 
 def _litellm_reasoning(model: str) -> bool:
     try:
-        import litellm
+        from eval.litellm_setup import litellm
 
         return bool(litellm.supports_reasoning(model))
     except Exception:  # a model litellm's map does not know
@@ -392,7 +392,7 @@ def _sendable(params: dict[str, Any], sources: dict[str, str], family: str, mode
 
 def _supported(model: str) -> list[str] | None:
     try:
-        import litellm
+        from eval.litellm_setup import litellm
 
         _, provider, _, _ = litellm.get_llm_provider(model)
         return litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)

@@ -15,12 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import litellm
-from litellm import CustomLLM
-from litellm.types.utils import Choices, Message, ModelResponse
-from litellm.types.utils import Usage as LiteUsage
-
 from agents.llm.local import choice_logprobs
+from eval.litellm_setup import litellm
+
+litellm_types = litellm.types.utils  # its response types, taken after the setup
 
 
 @dataclass
@@ -36,7 +34,7 @@ class Reply:
 Respond = Callable[[list[dict], dict[str, Any]], "str | Reply | Exception"]
 
 
-class ScriptedProvider(CustomLLM):
+class ScriptedProvider(litellm.CustomLLM):
     def __init__(self, respond: Respond, latency_s: float = 0.0) -> None:
         super().__init__()
         self.respond = respond
@@ -52,12 +50,12 @@ class ScriptedProvider(CustomLLM):
             raise outcome
         logprobs = None
         if not isinstance(outcome, Reply):
-            message = Message(role="assistant", content=outcome)
+            message = litellm_types.Message(role="assistant", content=outcome)
         else:
             logprobs = choice_logprobs(outcome.logprobs)
-            message = Message(role="assistant", content=outcome.text)
+            message = litellm_types.Message(role="assistant", content=outcome.text)
             if outcome.tool_calls:
-                message = Message(
+                message = litellm_types.Message(
                     role="assistant",
                     content=outcome.text or None,
                     tool_calls=[
@@ -74,17 +72,17 @@ class ScriptedProvider(CustomLLM):
                 )
             outcome = outcome.text
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
-        return ModelResponse(
+        return litellm_types.ModelResponse(
             model=model,
             choices=[
-                Choices(
+                litellm_types.Choices(
                     index=0,
                     finish_reason="tool_calls" if message.tool_calls else "stop",
                     message=message,
                     logprobs=logprobs,
                 )
             ],
-            usage=LiteUsage(
+            usage=litellm_types.Usage(
                 prompt_tokens=prompt_tokens,
                 completion_tokens=len(outcome.split()),
                 total_tokens=prompt_tokens + len(outcome.split()),

@@ -12,11 +12,7 @@ only what differs between them. Nothing here opens the network or writes a file:
 
 from __future__ import annotations
 
-import os
-
-# Must precede the litellm import: otherwise importing litellm fetches the cost map online.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +71,7 @@ class LiteLLMCounter(Counter):
 
     def __init__(self, model: str) -> None:
         super().__init__()
-        import litellm
-
-        import agents.llm.litellm_setup  # noqa: F401  (quiets litellm's console hints)
+        from eval.litellm_setup import litellm
 
         self.model = model
         self._litellm = litellm
@@ -138,19 +132,13 @@ class LocalCounter(Counter):
 
     def __init__(self, model: str, path: Path) -> None:
         super().__init__()
-        from llama_cpp import Llama
-        from llama_cpp._utils import suppress_stdout_stderr
-
-        from agents.llm.pool import Tokenizer
+        from agents.llm.pool import vocabulary
         from agents.llm.weights import LOCAL_MODELS
 
         self.short = local_name(model)
         self.default_system = LOCAL_MODELS[self.short].default_system
         self.context = LOCAL_MODELS[self.short].n_ctx
-        # the vocabulary alone; llama.cpp warns on stderr that it has no context size
-        with suppress_stdout_stderr(disable=False):
-            self._tok = Tokenizer(self.short, Llama(model_path=str(path), vocab_only=True,
-                                                    verbose=False))  # fmt: skip
+        self._tok = dataclasses.replace(vocabulary(path), name=self.short)
         self._bos = len(self._tok.tokenize("x", add_bos=True)) - len(self._tok.tokenize("x"))
         self.described = f"{self.short}'s own tokenizer on the ChatML prompt (exact)"
 
@@ -228,7 +216,7 @@ def _default_cache() -> Path:
 
 def api_context(model: str) -> int | None:
     """The model's input limit in litellm's local map, when it has one."""
-    import litellm
+    from eval.litellm_setup import litellm
 
     try:
         limit = litellm.get_model_info(model).get("max_input_tokens")
@@ -242,9 +230,7 @@ def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | Non
     (the client's rule: a local model's name could match a priced one)."""
     if is_local(model):
         return None
-    import litellm
-
-    import agents.llm.litellm_setup  # noqa: F401  (quiets litellm's console hints)
+    from eval.litellm_setup import litellm
 
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(

@@ -22,6 +22,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from agents.llm.chatml import content_text
+
 CALL, END_CALL = "<tool_call>", "</tool_call>"
 RESPONSE, END_RESPONSE = "<tool_response>", "</tool_response>"
 
@@ -64,15 +66,6 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _content(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
-
-
 def _call_text(call: dict[str, Any]) -> str:
     function = call.get("function", call)
     arguments = function.get("arguments", {})
@@ -105,21 +98,22 @@ def text_messages(
     out: list[dict[str, str]] = []
     rest = list(messages)
     if tools:
-        system = _content(rest.pop(0)) if rest and rest[0].get("role") == "system" else None
-        system = system if system is not None else (default_system or "")
+        system = default_system or ""
+        if rest and rest[0].get("role") == "system":
+            system = content_text(rest.pop(0).get("content"))
         schemas = "".join("\n" + _json(tool) for tool in tools)
         out.append({"role": "system", "content": system + TOOLS_HEAD + schemas + TOOLS_TAIL})
     previous = None
     for message in rest:
         role = message.get("role", "user")
         if role == "tool":
-            block = f"{RESPONSE}\n{_content(message)}\n{END_RESPONSE}"
+            block = f"{RESPONSE}\n{content_text(message.get('content'))}\n{END_RESPONSE}"
             if previous == "tool":  # consecutive results share one user turn
                 out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + block}
             else:
                 out.append({"role": "user", "content": block})
         else:
-            text = _content(message)
+            text = content_text(message.get("content"))
             if role == "assistant" and message.get("tool_calls"):
                 calls = "\n".join(_call_text(call) for call in message["tool_calls"])
                 text = f"{text}\n{calls}" if text else calls

@@ -292,7 +292,7 @@ def test_compare_says_when_metrics_json_lacks_the_metric(matrix):
 def test_a_ranking_longer_than_the_depth_is_scored_as_run_trec_holds_it(tmp_path, ties):
     """metrics.json is computed on the ranking cut to --depth, the lines run.trec keeps."""
     from agents.config import EvalConfig, RunConfig
-    from agents.pipeline import _final_run
+    from agents.pipeline import final_run
     from eval.datasets import Task
     from eval.evaluate import evaluate
     from eval.trec import read_run, write_run
@@ -301,7 +301,7 @@ def test_a_ranking_longer_than_the_depth_is_scored_as_run_trec_holds_it(tmp_path
         "t", dict.fromkeys(["a", "b", "c", "d"], "x"), {"q": "x"}, {"q": {"d": 1}}, tmp_path
     )
     config = RunConfig(eval=EvalConfig(depth=2, ties=ties))
-    run = _final_run({"q": {"a": 3.0, "b": 2.0, "c": 2.0, "d": 1.0}}, task, config)
+    run = final_run({"q": {"a": 3.0, "b": 2.0, "c": 2.0, "d": 1.0}}, task, config)
     assert len(run["q"]) == 2
     write_run(run, tmp_path / "run.trec", depth=2, ties=ties)
     from_file = evaluate(task.qrels, read_run(tmp_path / "run.trec"), ties=ties)

@@ -2,7 +2,7 @@
 the installed package (never fetched online), its console hints and request logging off.
 
 Every module of the stack that calls litellm takes it from here (``from
-agents.llm.litellm_setup import litellm``), so that a start-up check run before any client
+eval.litellm_setup import litellm``), so that a start-up check run before any client
 exists (an unknown model's name, say) prints nothing of litellm's own.
 """
 
