@@ -94,3 +94,12 @@ def share_models(cache_dir: Path, session_cache: Path) -> Path:
             if not (models / path.name).exists():
                 os.link(path, models / path.name)
     return Path(cache_dir)
+
+
+def one_line_error(capsys) -> str:
+    """The one line a refused command wrote to stderr (never a traceback)."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]

@@ -17,6 +17,7 @@ from agents.graphs.search_o1 import BEGIN_QUERY
 from agents.llm import scripted
 from agents.run import main
 from agents.runner import read_records
+from tests.helpers import one_line_error
 
 PASSAGE = "Statins inhibit HMG-CoA reductase."
 
@@ -37,14 +38,6 @@ def run(env: dict, *extra: str, agent: str = "none", name: str = "r") -> int:
 
 def records(env: dict, name: str = "r", task: str = "toy") -> dict:
     return read_records(env["runs"] / name / task / "queries.jsonl")
-
-
-def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def append(path: Path, raw: bytes) -> None:

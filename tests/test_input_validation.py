@@ -19,6 +19,7 @@ from agents.llm.scripted import Reply
 from agents.run import main as run_main
 from agents.sweep import baselines, cells, load_sweep
 from agents.sweep import main as sweep_main
+from tests.helpers import one_line_error
 
 PASSAGE = "Metformin lowers hepatic glucose production."
 
@@ -43,14 +44,6 @@ def run(tmp_path: Path, toy_dir: Path, agent: str, *extra: str) -> int:
         "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
         "--run-name", "r", "--quiet", *extra,
     ])  # fmt: skip
-
-
-def one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def write(path: Path, text: str) -> Path:
@@ -88,7 +81,7 @@ def test_prompt_that_would_fail_when_rendered_is_refused_at_start(
     bad = write(tmp_path / "bad.txt", text)
     extra = ["--rerank", "llm-listwise"] if key.startswith("rerank-") else []
     assert run(tmp_path, toy_dir, agent, "--prompt", f"{key}={bad}", *extra) == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert message.startswith("error: ") and str(bad) in message and field in message, message
     assert provider.calls == 0
     assert not (tmp_path / "runs").exists()  # refused before anything was written
@@ -102,7 +95,7 @@ def test_override_for_a_kind_the_dataset_lacks_is_still_checked(
     # and rendered when the flags are parsed, whatever the tasks.
     bad = write(tmp_path / "exam.txt", "Exam: {query:d}")
     assert run(tmp_path, toy_dir, "hyde", "--prompt", f"hyde/exam={bad}") == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert str(bad) in message and "{query:d}" in message
     assert provider.calls == 0
 
@@ -124,7 +117,7 @@ def test_an_override_no_prompt_of_the_run_reads_is_refused(
         rows = "".join(json.dumps({"id": q, "hy_doc": "statins"}) + "\n" for q in ("q1", "q2"))
         extra = ("--generations", str(write(tmp_path / "g.jsonl", rows)))
     assert run(tmp_path, toy_dir, agent, "--prompt", f"{override}={good}", *extra) == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert message.startswith(f"error: --prompt {override}={good}: no prompt this run sends reads")
     assert provider.calls == 0 and not (tmp_path / "runs").exists()
 
@@ -234,7 +227,7 @@ def test_bad_compare_table_is_refused_before_any_cell(tmp_path, toy_dir, capsys,
     extra, key, words = BAD_SWEEPS[case]
     config = sweep_file(tmp_path, [toy_dir], extra)
     assert sweep_main([str(config)]) == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert message.startswith(f"error: {config}: key '{key}': ") and words in message, message
     assert provider.calls == 0
     assert not (tmp_path / "out").exists()
@@ -246,7 +239,7 @@ def test_sweep_prompt_file_that_would_fail_when_rendered_is_refused(
     config = sweep_file(tmp_path, [toy_dir])
     write(tmp_path / "short.txt", "Answer: {query:.20}")
     assert sweep_main([str(config)]) == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert "key 'prompts.short'" in message and "short.txt" in message and "{query:.20}" in message
     assert provider.calls == 0
 
@@ -257,7 +250,7 @@ def test_sweep_override_no_agent_reads_is_refused(tmp_path, toy_dir, capsys, pro
     config.write_text(text.replace("short.txt", "lamer.txt"))
     write(tmp_path / "lamer.txt", "{query} {docs}")
     assert sweep_main([str(config)]) == 2
-    message = one_line(capsys)
+    message = one_line_error(capsys)
     assert message.startswith(f"error: {config}: key 'prompts.short': overrides prompt 'lamer'")
     assert "no agent or rerank stage of this sweep reads" in message
     assert provider.calls == 0
@@ -284,7 +277,7 @@ def test_system_override_is_not_read_by_the_reason_agent(tmp_path, toy_dir, caps
     config.write_text(text)
     config.write_text(config.read_text().replace('"hyde", "reason"', '"reason"'))
     assert sweep_main([str(config)]) == 2
-    assert "key 'prompts.short': overrides prompt 'system'" in one_line(capsys)
+    assert "key 'prompts.short': overrides prompt 'system'" in one_line_error(capsys)
     assert provider.calls == 0
 
 

@@ -35,17 +35,14 @@ from eval.datasets import DataError, load_folder, read_qrels
 from eval.records import unpack_record
 from eval.score import main as score_main
 from retrievers.bm25 import build_bm25, build_bm25_from_tokens
+from tests.helpers import DOCS as TOY_DOCS
 
 DEPTH = 5  # below the corpus size, so padding and the depth cut both matter
 METRICS = ("NDCG@10", "MRR")
 _PYTREC = {"NDCG@10": "ndcg_cut_10", "MRR": "recip_rank"}
 
 DOCS = {
-    "d1": "Insulin resistance drives type 2 diabetes mellitus.",
-    "d2": "Metformin lowers hepatic glucose production in diabetes.",
-    "d3": "Aspirin irreversibly inhibits platelet cyclooxygenase.",
-    "d4": "Statins inhibit HMG-CoA reductase and lower cholesterol.",
-    "d5": "Warfarin antagonises vitamin K dependent clotting factors.",
+    **TOY_DOCS,
     "d6": "Statins inhibit HMG-CoA reductase and lower cholesterol.",  # d4's twin: a tie
     "d7": "Beta blockers slow the heart rate.",
     "d8": "Loop diuretics increase sodium excretion.",
