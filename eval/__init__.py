@@ -13,6 +13,8 @@
   module, and a package attribute cannot be both).
 * `compare_runs(paths, ...) -> Comparison`: run folders side by side (`eval.compare`).
 * `read_run(path)` / `write_run`: TREC run files (`eval.trec`).
+* `RunFolder(path)`: a run folder, read and written (`eval.runs`); a task's summary is a
+  `TaskSummary` (`eval.task_summary`), a query's record a `QueryRecord` (`eval.records`).
 
 The names load on first use (PEP 562): importing ``eval`` loads no numpy or pytrec_eval.
 """
@@ -34,6 +36,9 @@ _EXPORTS = {
     "compare_runs": ("eval.compare.comparison", "compare_runs"),
     "read_run": ("eval.trec", "read_run"),
     "write_run": ("eval.trec", "write_run"),
+    "RunFolder": ("eval.runs", "RunFolder"),
+    "TaskSummary": ("eval.task_summary", "TaskSummary"),
+    "QueryRecord": ("eval.records", "QueryRecord"),
 }
 __all__ = [  # the names, as tools read them; _EXPORTS says where each is
     "load_task",
@@ -45,6 +50,9 @@ __all__ = [  # the names, as tools read them; _EXPORTS says where each is
     "compare_runs",
     "read_run",
     "write_run",
+    "RunFolder",
+    "TaskSummary",
+    "QueryRecord",
 ]
 
 if TYPE_CHECKING:
@@ -52,6 +60,9 @@ if TYPE_CHECKING:
     from eval.datasets import Task, default_cache_dir, load_task, load_tasks
     from eval.evaluate import Evaluation
     from eval.evaluate import evaluate as evaluate_run
+    from eval.records import QueryRecord
+    from eval.runs import RunFolder
+    from eval.task_summary import TaskSummary
     from eval.trec import read_run, write_run
 
 

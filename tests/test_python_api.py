@@ -182,11 +182,11 @@ def test_the_python_doc_runs_as_written(
     monkeypatch.chdir(tmp_path)  # the override file and the run go where the reader is
     monkeypatch.setenv("R2MED_AGENTS_CACHE", str(models_cache))
     blocks = doc_blocks()
-    assert len(blocks) == 7
+    assert len(blocks) == 8
     ns: dict = {}
     for i, block in enumerate(blocks):
         exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), ns)
-        if i < len(blocks) - 1:  # run_query writes no run folder; only the last block runs
+        if i < 6:  # run_query writes no run folder; only the seventh block runs
             assert not (tmp_path / "runs").exists(), f"block {i + 1} wrote a run folder"
     out = capsys.readouterr().out.splitlines()
 
@@ -206,4 +206,9 @@ def test_the_python_doc_runs_as_written(
     # and a run of the same config recorded the same ranking for the query
     record = ns["run"].tasks["demo"].records["q01"]
     assert [(d, s) for d, s in record["ranking"]] == result.ranking
-    assert out[-1] == "True" and out.count("True") == 2  # the cache block's and the run's
+    assert out[-2] == "True" and out.count("True") == 2  # the cache block's and the run's
+    # the folder's summary of the task, read back typed, is the one the run returned
+    summary = ns["summary"]
+    assert summary == ns["run"].tasks["demo"].summary and summary.queries == 1
+    shown = [str(summary.metrics["NDCG@10"]), "1", str(summary.usage["calls"]), "agent"]
+    assert out[-1].split() == shown
