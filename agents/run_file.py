@@ -34,6 +34,7 @@ from typing import Any
 
 from eval.datasets import DataError, Task
 from eval.evaluate import TieOrder, strictly_decreasing, top_k
+from eval.records import QueryRecord
 from eval.trec import RepeatedPairError, read_task_run
 from eval.usage import Usage
 
@@ -130,23 +131,19 @@ def first_stage_records(lists: RunFileLists, queries: Mapping[str, str]) -> list
     kept = "all kept" if lists.depth is None else f"the first {lists.depth} kept"
     order = "trec_eval's order" if lists.ties == "trec" else "ties by doc id ascending"
     return [
-        {
-            "query_id": q,
-            "query": queries[q],
-            "ranking": [[d, s] for d, s in lists.lists[q].items()],
-            "generated": {},
-            "searches": 0,
-            "usage": Usage().to_dict(),
-            "seconds": 0.0,
-            "error": None,
-            "steps": [
+        QueryRecord(
+            query_id=q,
+            query=queries[q],
+            ranking=[[d, s] for d, s in lists.lists[q].items()],
+            usage=Usage().to_dict(),
+            steps=[
                 {
                     "node": NODE,
                     "note": f"{lists.lengths[q]} documents read from {lists.path} (sha256 "
                     f"{lists.sha256[:12]}), by score ({order}), {kept}",
                 }
             ],
-        }
+        ).to_dict()
         for q in queries
         if q in lists.lists
     ]
