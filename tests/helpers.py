@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -103,3 +105,34 @@ def one_line_error(capsys) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     return lines[0]
+
+
+# --- test servers ------------------------------------------------------------------------------
+
+
+def send_body(
+    handler: Any,
+    body: bytes,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    content_type: str | None = "application/json",
+) -> None:
+    """A test HTTP server's answer (``handler``: a BaseHTTPRequestHandler): the status, the
+    content type (None: none sent) and ``headers``, the length, then ``body``."""
+    handler.send_response(status)
+    sent = {"Content-Type": content_type} if content_type is not None else {}
+    for name, value in {**sent, **(headers or {})}.items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """Stop a server the test started: SIGTERM, then SIGKILL if it has not exited in 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -59,7 +59,7 @@ from eval import runs
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import DTYPES, FUSION_METHODS, INSTRUCTION_SETS
 from tests import tiny_models
-from tests.helpers import DOCS, QRELS, QUERIES
+from tests.helpers import DOCS, QRELS, QUERIES, send_body
 
 UNREACHABLE = "http://127.0.0.1:9/v1"  # never called: a refused run stops before any request
 
@@ -502,11 +502,7 @@ class FakeLlamaServer:
                     "choices": [choice],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
                 }).encode()  # fmt: skip
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_body(self, body)
 
             def log_message(self, *args):
                 pass

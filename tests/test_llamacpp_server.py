@@ -23,6 +23,7 @@ import pytest
 
 from agents.llm.client import NO_KEY_PLACEHOLDER
 from eval.records import read_records
+from tests.helpers import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 SERVED = "smollm2"  # the server's model alias: the client asks for openai/smollm2
@@ -93,12 +94,7 @@ def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "s
     try:
         yield Server(f"http://127.0.0.1:{port}/v1", log)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _wait_until_up(proc: subprocess.Popen, port: int, log: Path) -> bool:

@@ -25,7 +25,7 @@ import agents.llm.client
 from agents.interrupt import MESSAGE
 from agents.run import main
 from eval.records import unpack_record
-from tests.helpers import REPO
+from tests.helpers import REPO, send_body
 
 
 def run(toy_dir: Path, tmp_path: Path, *extra: str, agent: str = "hyde") -> int:
@@ -120,26 +120,15 @@ class Replies(BaseHTTPRequestHandler):
             status, headers, reply = OK
         else:
             status, headers, reply = 200, {}, completion("Statins.")
-        out = json.dumps(reply).encode()
-        self.send_response(status)
-        for name, value in {"Content-Type": "application/json", **headers}.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        send_body(self, json.dumps(reply).encode(), status, headers)
 
     def do_GET(self):  # noqa: N802
         # /props as llama.cpp's server gives it, when the test set a template
         template = getattr(type(self), "template", None)
         if self.path == "/props" and template is not None:
-            out = json.dumps({"chat_template": template}).encode()
-            self.send_response(200)
+            send_body(self, json.dumps({"chat_template": template}).encode(), content_type=None)
         else:
-            out = b"{}"
-            self.send_response(404)
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+            send_body(self, b"{}", 404, content_type=None)
 
     def log_message(self, *args):
         pass

@@ -18,6 +18,7 @@ from agents.llm import LLM
 from agents.llm.chatml import render_chatml
 from agents.llm.serving import load_template, replicas, resolve_server
 from agents.secrets import public_url
+from tests.helpers import send_body
 
 PARTIAL = [
     {"role": "user", "content": "Why is the sky blue?"},
@@ -64,11 +65,7 @@ def _capturing_server(props: dict | None):
             }).encode())  # fmt: skip
 
         def _reply(self, reply: bytes) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            send_body(self, reply)
 
         def log_message(self, *args):
             pass

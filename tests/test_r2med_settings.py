@@ -31,6 +31,7 @@ from agents.run import main
 from eval.records import unpack_record
 from prompts import PromptBook
 from retrievers.base import DenseRetriever
+from tests.helpers import send_body
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
 THOUGHT = "<think>The liver makes glucose.</think>\n\nAnswer: metformin.</think> tail"
@@ -310,11 +311,7 @@ class Capture(BaseHTTPRequestHandler):
                              "logprobs": None}],
                 "usage": usage,
             }).encode()  # fmt: skip
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        send_body(self, out)
 
     def log_message(self, *args):
         pass

@@ -26,7 +26,7 @@ from eval.datasets import load_folder, task_fingerprint
 from eval.records import unpack_record
 from retrievers import remote
 from retrievers.base import SearchRequest
-from tests.helpers import QUERIES
+from tests.helpers import QUERIES, send_body
 
 TOKEN = "s3cret-serve-token-0123456789"
 RANKED = [("d2", 3.0), ("d3", 2.0), ("d4", 1.0)]
@@ -114,11 +114,7 @@ def server(toy_dir: Path) -> Iterator[tuple[str, Fake]]:
 
         def _send(self) -> None:
             status, kind, body = fake.answer(self)
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, body, status, content_type=kind)
 
         do_GET = do_POST = _send
 

@@ -26,6 +26,7 @@ from agents.trace import main as trace_main
 from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
+from tests.helpers import send_body
 
 LN = math.log
 
@@ -331,11 +332,7 @@ def test_a_vllm_server_gets_raw_prompts_and_allowed_token_ids_from_its_tokenizer
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             reply = json.dumps(fake.answer(self.path, body)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            send_body(self, reply)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()

@@ -36,6 +36,7 @@ from retrievers.config import RetrieverConfig
 from retrievers.search import build_retriever
 from retrievers.serve import mcp as served
 from retrievers.serve.index import ServedIndex, fingerprint
+from tests.helpers import stop_process
 
 REPO = Path(__file__).resolve().parents[1]
 SESSION_S = 120.0  # a whole client session, server start included (a bound, not a measure)
@@ -134,12 +135,7 @@ def over_http(local: Local, tmp_path_factory) -> Seen:
         url = _announced_url(proc, log)
         yield asyncio.run(session(url, local.queries()))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def _announced_url(proc: subprocess.Popen, log: Path) -> str:

@@ -14,6 +14,7 @@ import pytest
 import eval.retry
 from retrievers import remote
 from retrievers.api_embed import api_encoder
+from tests.helpers import send_body
 
 
 class Script(BaseHTTPRequestHandler):
@@ -27,13 +28,7 @@ class Script(BaseHTTPRequestHandler):
         self.rfile.read(length)
         self.seen.append(self.path)
         status, headers, body = self.replies.pop(0)
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        for key, value in {"Content-Type": "application/json", **headers}.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, json.dumps(body).encode(), status, headers)
 
     do_GET = do_POST = _answer
 

@@ -23,6 +23,7 @@ from agents.trace import main as trace_main
 from eval.compare.__main__ import main as compare_main
 from eval.compare.html import embed_json
 from eval.files import safe_name
+from tests.helpers import send_body
 
 URL_PASSWORD = "hunter2-url-password"
 URL_TOKEN = "tok-0123456789abcdef"
@@ -308,11 +309,7 @@ class _Embeddings(BaseHTTPRequestHandler):
             "object": "list", "data": data, "model": body["model"],
             "usage": {"prompt_tokens": len(texts), "total_tokens": len(texts)},
         }).encode()  # fmt: skip
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
+        send_body(self, reply)
 
     def log_message(self, *args: Any) -> None:
         pass
