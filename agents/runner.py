@@ -22,12 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from agents import secrets
 from agents.graphs.context import steps_usage
 from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
+from eval.progress import progress_bar
 from eval.records import QueryRecord, read_records, record_line
 from retrievers.remote import RemoteRunError
 
@@ -100,7 +99,7 @@ async def run_queries(
     done = read_records(out)
     todo = [q for q in queries if q not in done or done[q].get("error")]
     sem = asyncio.Semaphore(max(1, concurrency))
-    bar = tqdm(
+    bar = progress_bar(
         total=len(queries),
         initial=len(queries) - len(todo),
         desc=label,

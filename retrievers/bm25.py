@@ -48,10 +48,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm import tqdm
 
 from eval.files import create_temp_dir
 from eval.fingerprint import corpus_fingerprint
+from eval.progress import progress_bar
 
 from .analyzer import ANALYZER_ID, analyze, analyze_many
 from .config import BM25_DEFAULTS, BM25_METHODS
@@ -122,7 +122,7 @@ class BM25Index:
     ) -> dict[str, dict[str, float]]:
         """{query_id: {doc_id: score}} for every query: the pytrec_eval run format."""
         tokenized = analyze_many(list(queries.values()))
-        bar = tqdm(
+        bar = progress_bar(
             zip(queries, tokenized, strict=True),
             total=len(queries),
             desc="BM25 search",
@@ -199,7 +199,7 @@ def build_bm25(
 def _analyze_stream(texts: list[str], progress: bool) -> Iterator[list[str]]:
     # Analysed in chunks and consumed as they come, so the corpus's token strings never all
     # sit in memory at once; only their integer term ids do.
-    with tqdm(
+    with progress_bar(
         total=len(texts), desc="BM25 analysing", unit="doc", file=sys.stderr, disable=not progress
     ) as bar:
         for start in range(0, len(texts), _ANALYZE_CHUNK):

@@ -49,10 +49,10 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from eval.files import create_temp_file, safe_name
 from eval.fingerprint import corpus_fingerprint
+from eval.progress import progress_bar
 
 from .config import (
     DEFAULT_DENSE_MODEL,
@@ -451,7 +451,7 @@ def _encode_corpus(
     if chunks_dir is not None:
         chunks_dir.mkdir(parents=True, exist_ok=True)
     parts: list[np.ndarray] = []
-    bar = tqdm(
+    bar = progress_bar(
         total=len(texts), desc="Encoding corpus", unit="doc", file=sys.stderr, disable=not progress
     )
     for n, start in enumerate(range(0, len(texts), chunk_size)):
