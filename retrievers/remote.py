@@ -20,7 +20,9 @@ again. Every answer also carries the fingerprint of the index that ranked it; on
 from the fingerprint the run is bound to (a server restarted over another corpus or with other
 settings on the same URL) is `RemoteIndexChanged`, which stops the run: its rankings would mix
 two indexes. With ``R2MED_SERVE_TOKEN`` set, every request carries ``Authorization: Bearer
-<token>``; the token is written nowhere.
+<token>``, checked first by the server's own rule (`retrievers.bearer_token`: a value that is
+not printable ASCII without spaces, a line end included, stops the run in one line before any
+request); the token is written nowhere.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from eval.retry import REMOTE_ATTEMPTS as ATTEMPTS
 from eval.retry import REMOTE_BACKOFF, retrying
+from retrievers.bearer_token import TokenError, read_token
 from retrievers.config import SERVE_TOKEN_VARIABLE
 
 from .base import SearchRequest
@@ -95,7 +98,12 @@ def _endpoint(base: str, path: str) -> str:
 
 
 def _token() -> str | None:
-    return os.environ.get(TOKEN_VARIABLE) or None
+    """The token to send (`retrievers.bearer_token`'s rule, the server's own); a value that
+    cannot be one stops the run in one line naming the variable, before any request."""
+    try:
+        return read_token(TOKEN_VARIABLE)
+    except TokenError as e:
+        raise RemoteAuthError(str(e)) from None
 
 
 def _client(timeout: float | None) -> Any:
@@ -157,7 +165,7 @@ def _reason(response: Any) -> str:
         text = str(text or response.text)[:300]
     except ValueError:
         text = f"HTTP {response.status_code}: {response.text[:200]}"
-    token = _token()  # a server that quotes the request back must not print the token
+    token = os.environ.get(TOKEN_VARIABLE)  # a server quoting the request must not print it
     text = text.replace(token, f"<{TOKEN_VARIABLE}>") if token else text
     return " ".join(text.split())  # one line
 

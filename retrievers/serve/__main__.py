@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import socket
 import sys
@@ -191,12 +190,18 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def token_of(args: argparse.Namespace) -> str | None:
-    """The bearer token from the environment; an address off loopback needs one (or
-    --allow-unauthenticated). The token is never a flag: a flag shows in `ps`."""
+    """The bearer token from the environment (`retrievers.bearer_token`'s rule); an address off
+    loopback needs a strong one, or --allow-unauthenticated and none. The token is never a
+    flag: a flag shows in `ps`."""
+    from retrievers.bearer_token import check_strong, read_token
     from retrievers.serve.guard import is_loopback
 
-    token = os.environ.get(args.token_env) or None
-    if token is None and not is_loopback(args.host) and not args.allow_unauthenticated:
+    token = read_token(args.token_env)
+    if is_loopback(args.host):
+        return token
+    if token is not None:
+        check_strong(token, args.token_env, args.host)
+    elif not args.allow_unauthenticated:
         raise ValueError(f"--host {args.host} is reachable from other machines and "
                          f"${args.token_env} is not set: set a token there, or pass "
                          "--allow-unauthenticated on a network you trust")  # fmt: skip
@@ -211,7 +216,7 @@ def serve_http(
     import uvicorn
 
     from retrievers.serve.app import make_app
-    from retrievers.serve.guard import guarded_h11
+    from retrievers.serve.guard import guarded_h11, started_line
 
     app = make_app(
         indexes, topk=args.topk, max_batch=args.max_batch, max_queue=args.max_queue,
@@ -235,9 +240,9 @@ def serve_http(
         port = sock.getsockname()[1]
         names = ", ".join(f"{n} ({len(i.corpus):,} documents)" for n, i in indexes.items())
         spec = next(iter(indexes.values())).fingerprint["retriever"]
-        # the line's form is what scripts wait for: the token is not mentioned in it
-        print(f"serving {names} with {spec} at http://{args.host}:{port}", file=sys.stderr,
-              flush=True)  # fmt: skip
+        # scripts wait for "serving ... at URL": what follows the URL is for the reader
+        address = started_line(f"http://{args.host}:{port}", token, args.token_env)
+        print(f"serving {names} with {spec} at {address}", file=sys.stderr, flush=True)
 
     async def main() -> None:
         await asyncio.gather(server.serve(sockets=[sock]), announce())
@@ -272,16 +277,6 @@ def _not_a_graceful_timeout(record: logging.LogRecord) -> bool:
     return not (exc is not None and "graceful shutdown" in str(exc))
 
 
-def _mcp_host_allowed(args: argparse.Namespace) -> None:
-    from retrievers.serve.guard import is_loopback
-
-    if not is_loopback(args.host) and not args.allow_unauthenticated:
-        raise ValueError(
-            f"--host {args.host}: MCP over HTTP has no token; serve it on "
-            "loopback, or pass --allow-unauthenticated on a network you trust"
-        )
-
-
 def main(argv: list[str] | None = None) -> int:
     from eval.cli import command
 
@@ -291,9 +286,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.mcp:
             from retrievers.serve.mcp import serve_mcp
 
-            if args.transport == "http":  # MCP over HTTP has no token: loopback only
-                _mcp_host_allowed(args)
-            return serve_mcp(args, build(args))
+            # MCP over HTTP is behind the same token as the HTTP API; stdio is a local pipe
+            token = token_of(args) if args.transport == "http" else None
+            return serve_mcp(args, build(args), token)
         from retrievers.serve.guard import bind
 
         # the token and the port are checked before the index is built: a refusal is at once

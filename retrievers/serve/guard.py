@@ -1,14 +1,16 @@
 """What keeps one careless or hostile client from sinking the server for the others.
 
-* `Guard`: a pure-ASGI layer in front of the app. It checks the bearer token (constant time),
-  and counts the bytes of the request body as they arrive (Content-Length and chunked alike),
-  answering 413 the moment the limit is passed, and 408 when the body takes longer than the
-  read timeout, without buffering the rest: the connection is closed after such an answer.
+* `Guard`: a pure-ASGI layer in front of the app (the HTTP API's and MCP's alike). It checks
+  the bearer token (constant time) of every request, a websocket's included, and counts the
+  bytes of the request body as they arrive (Content-Length and chunked alike), answering 413
+  the moment the limit is passed, and 408 when the body takes longer than the read timeout,
+  without buffering the rest: the connection is closed after such an answer.
 * `guarded_h11`: uvicorn's h11 protocol with a deadline for a request's head (a client that
   opens a connection, or sends half a header, and waits is cut off) and a cap on open
   connections (past it the connection idle longest is closed to make room; with none idle,
   the new one is refused with a 503).
-* `bind`: the listening socket, bound before uvicorn starts, so a port in use is one line.
+* `bind`: the listening socket, bound before uvicorn starts, so a port in use is one line;
+  `started_line`: the start line's address, saying whether the token is required.
 
 Every refusal is ``{"error": "<one line>"}`` naming the flag that sets the limit.
 """
@@ -53,10 +55,13 @@ class Guard:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        s = self.settings
+        if scope["type"] == "websocket" and s.token is not None and not _authorized(scope, s.token):
+            await send({"type": "websocket.close", "code": 1008})  # HTTP 403, before any accept
+            return
+        if scope["type"] != "http":  # lifespan, and a websocket with the token
             await self.app(scope, receive, send)
             return
-        s = self.settings
         if s.token is not None and not _authorized(scope, s.token):
             await _refuse(
                 send,
@@ -254,6 +259,13 @@ def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
                          "and --port") from None  # fmt: skip
     sock.setblocking(False)
     return sock
+
+
+def started_line(address: str, token: str | None, token_env: str) -> str:
+    """The start line's tail after the address: whether clients need the token (never it)."""
+    if token is None:
+        return address
+    return f"{address} (every endpoint requires the bearer token in ${token_env})"
 
 
 def is_loopback(host: str) -> bool:

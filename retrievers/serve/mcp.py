@@ -25,7 +25,8 @@ client adds one server per corpus, and the tools need no task argument.
 Transports (the SDK's own): stdio, where stdout carries nothing but the protocol (the SDK
 diverts stray writes to stderr while it serves; the start line and logs go to stderr), and
 streamable HTTP at ``http://HOST:PORT/mcp`` (``--transport http``; with the SDK's DNS-rebinding
-protection on a loopback host).
+protection on a loopback host), behind the HTTP API's bearer token (``$R2MED_SERVE_TOKEN``)
+and limits. There is no SSE transport.
 """
 
 # No `from __future__ import annotations` here: the SDK reads the tools' signatures with
@@ -35,7 +36,7 @@ protection on a loopback host).
 import argparse
 import sys
 from collections.abc import Mapping
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
@@ -56,6 +57,7 @@ from retrievers.serve.limits import (
     MAX_K,
     MAX_QUERY_CHARS,
     READ_TIMEOUT_S,
+    SERVE_TOKEN_VARIABLE,
 )
 
 # tool-search's own defaults (agents.graphs.tool_search.DEFAULTS; the test holds them equal)
@@ -128,9 +130,12 @@ def make_server(
     return server
 
 
-def serve_mcp(args: argparse.Namespace, indexes: Mapping[str, ServedIndex]) -> int:
+def serve_mcp(
+    args: argparse.Namespace, indexes: Mapping[str, ServedIndex], token: str | None = None
+) -> int:
     """Serve the one task of ``indexes`` over ``args.transport`` until the client goes away
-    (stdio) or the process is stopped (HTTP)."""
+    (stdio) or the process is stopped (HTTP; every request must then carry ``token`` as its
+    bearer token when one is given)."""
     if len(indexes) != 1:
         raise ValueError("--mcp serves one task; start one server per task")
     (index,) = indexes.values()
@@ -144,23 +149,33 @@ def serve_mcp(args: argparse.Namespace, indexes: Mapping[str, ServedIndex]) -> i
     what = (f"{index.task.name} ({len(index.corpus):,} documents) with "
             f"{index.fingerprint.get('retriever', index.retriever.name)}")  # fmt: skip
     if getattr(args, "transport", "stdio") == "http":
-        return _serve_http(server, args, what)
+        return _serve_http(server, args, what, token)
     _announce(f"serving {what} as MCP tools search, read over stdio")
     server.run("stdio")
     return 0
 
 
-def _serve_http(server: MCPServer, args: argparse.Namespace, what: str) -> int:
+def http_app(server: MCPServer, host: str, settings: Any) -> Any:
+    """The ASGI app MCP over HTTP serves: the SDK's streamable-HTTP app at `HTTP_PATH`, behind
+    `guard.Guard` with ``settings`` (a `guard.GuardSettings`: the token and the body limits)."""
+    from retrievers.serve.guard import Guard
+
+    return Guard(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host), settings)
+
+
+def _serve_http(server: MCPServer, args: argparse.Namespace, what: str, token: str | None) -> int:
     """Streamable HTTP, on uvicorn as the HTTP API runs (so that --port 0 can be reported),
-    behind the same body, head and connection limits (`guard`; no token: loopback only)."""
+    behind the same token, body, head and connection limits as the HTTP API (`guard`)."""
     import uvicorn
 
-    from retrievers.serve.guard import Guard, GuardSettings, bind, guarded_h11
+    from retrievers.serve.guard import GuardSettings, bind, guarded_h11, started_line
 
     host = args.host
+    token_env = getattr(args, "token_env", SERVE_TOKEN_VARIABLE)
     limits = GuardSettings(max_body_bytes=getattr(args, "max_body_bytes", MAX_BODY_BYTES),
-                           read_timeout=getattr(args, "read_timeout", READ_TIMEOUT_S))  # fmt: skip
-    app = Guard(server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host), limits)
+                           read_timeout=getattr(args, "read_timeout", READ_TIMEOUT_S),
+                           token=token, token_env=token_env)  # fmt: skip
+    app = http_app(server, host, limits)
     sock = bind(host, args.port)  # a port in use: one line
     http = guarded_h11(getattr(args, "max_connections", MAX_CONNECTIONS),
                        getattr(args, "header_timeout", HEADER_TIMEOUT_S))  # fmt: skip
@@ -174,7 +189,8 @@ def _serve_http(server: MCPServer, args: argparse.Namespace, what: str) -> int:
                 return
             await anyio.sleep(0.05)
         bound = sock.getsockname()[1]
-        _announce(f"serving {what} as MCP tools search, read at http://{host}:{bound}{HTTP_PATH}")
+        address = started_line(f"http://{host}:{bound}{HTTP_PATH}", token, token_env)
+        _announce(f"serving {what} as MCP tools search, read at {address}")
 
     async def main() -> None:
         async with anyio.create_task_group() as tasks:
