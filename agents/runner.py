@@ -26,7 +26,7 @@ from agents import secrets
 from agents.graphs.context import steps_usage
 from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
-from eval.progress import progress_bar
+from eval.progress import live, progress_bar
 from eval.records import QueryRecord, read_records, record_line
 from retrievers.remote import RemoteRunError
 
@@ -118,7 +118,10 @@ async def run_queries(
                 if auth_errors:
                     return
                 try:
-                    record = await run_one(graph, query_id, queries[query_id])
+                    # the query's long steps (model loading, prompt, tokens generated) as the
+                    # bar's postfix, one per query in flight
+                    with live(bar, query_id):
+                        record = await run_one(graph, query_id, queries[query_id])
                 except RUN_ERRORS as e:
                     auth_errors.append(e)
                     return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ from agents.llm.prefix_cache import (
     reusable,
     save_sequence,
 )
+from eval import progress
 
 # Set on Ctrl-C (agents.interrupt): a generation in a worker thread stops at its next token,
 # so the interpreter is not kept waiting for it at exit.
@@ -161,7 +162,7 @@ def generate(
     if allowed_token_ids is not None and temperature > 0:
         raise ValueError("allowed_token_ids: the embedded provider decodes them greedily only "
                          "(temperature 0)")  # fmt: skip
-    with model.lock:
+    with model.lock, progress.status() as shown:
         tokens = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=True)
         n_ctx = llm.n_ctx()
         if len(tokens) >= n_ctx:
@@ -174,6 +175,8 @@ def generate(
         ids = np.asarray(tokens, dtype=np.int32)
         start = time.perf_counter()
         keep = _restore(model, ids, prefixes) if prefixes is not None else 0
+        restored = f" ({keep:,} restored)" if keep else ""
+        shown.update(f"prompt {keep:,}/{len(tokens):,} tok{restored}", force=True)
         model.live = None  # until this call ends well, the KV cache holds no known prefix
         llm.n_tokens = keep  # eval() drops the KV cache from here on
 
@@ -187,7 +190,8 @@ def generate(
         # Neutral values by default for the knobs the OpenAI API does not have (top_k 0 is
         # off), so that temperature and top_p mean what they mean there; vLLM's top_k and
         # repetition_penalty when asked for (top_k -1 is vLLM's "off").
-        rest = _evaluate(model, tokens, keep)
+        rest = _evaluate(model, tokens, keep, lambda at: shown.update(
+            f"prompt {at:,}/{len(tokens):,} tok{restored}"))  # fmt: skip
         if allowed_token_ids is not None:
             tokens_out = _greedy_among(llm, tokens[rest:], allowed_token_ids)
         else:
@@ -209,6 +213,7 @@ def generate(
             if first is None:
                 first = time.perf_counter()
             n_generated += 1
+            shown.update(f"prompt {len(tokens):,} tok, {n_generated:,} generated")
             if token in model.end_of_turn or llama_cpp.llama_vocab_is_eog(vocab, token):
                 finish_reason = "stop"
                 break
@@ -242,9 +247,12 @@ def generate(
     )
 
 
-def _evaluate(model: LoadedModel, tokens: list[int], start: int) -> int:
+def _evaluate(
+    model: LoadedModel, tokens: list[int], start: int, evaluated: Callable[[int], None]
+) -> int:
     """Evaluate the prompt's whole chunks from ``start`` on, all but the last, each with the
-    threads its pool's idle cores allow; where llm.generate() takes over."""
+    threads its pool's idle cores allow; where llm.generate() takes over. ``evaluated`` is told
+    the tokens done after each chunk."""
     chunk = prefix_cache.CHUNK
     end = max(start, aligned(len(tokens) - 1, chunk))
     for at in range(start, end, chunk):
@@ -252,6 +260,7 @@ def _evaluate(model: LoadedModel, tokens: list[int], start: int) -> int:
             raise GenerationCancelled("interrupted")
         _set_prompt_threads(model)
         model.llm.eval(tokens[at : at + chunk])
+        evaluated(at + chunk)
     _set_prompt_threads(model)
     return end
 

