@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,18 +30,19 @@ from agents.llm.text import REASONING_SETTINGS
 from agents.naming import run_folder_name
 from agents.registry import AGENTS, STAGES, OptionSpec
 from eval.argtypes import (
-    check_field,
+    check_fields,
     integer_from,
     non_negative_float,
     non_negative_int,
-    on_off,
     one_of,
     optional,
     positive_float,
     positive_int,
     unit_float,
 )
+from eval.decimal_text import parse_float, parse_int
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS
+from eval.quoting import quoted
 from eval.retry import DEFAULT_TIMEOUT_S
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import RetrieverConfig
@@ -50,6 +52,25 @@ DEFAULT_MODEL = "local/qwen2.5-coder-0.5b"
 
 class ConfigError(ValueError):
     """A setting no run can use; the message names the setting."""
+
+
+# each field's rule, the one its flag applies to its text too (agents.settings.SETTINGS); every
+# field is also checked against its annotation (eval.argtypes.check_fields)
+_LLM_RULES = {
+    "preset": one_of(PRESETS),
+    "temperature": optional(non_negative_float),
+    "max_tokens": optional(positive_int),
+    "top_p": optional(unit_float),
+    "top_k_sampling": optional(integer_from(-1)),
+    "seed": optional(non_negative_int),
+    "repetition_penalty": optional(positive_float),
+    "concurrency": positive_int,
+    "rate_limit": optional(positive_float),
+    "local_instances": optional(positive_int),
+    "cache": one_of(CACHE_MODES),
+    "server": one_of(SERVERS),
+    "routing": one_of(ROUTINGS),
+}
 
 
 @dataclass(frozen=True)
@@ -80,23 +101,7 @@ class LLMConfig:
     local_prefix_reuse: bool = True
 
     def __post_init__(self) -> None:
-        for name, checker in (
-            ("preset", one_of(PRESETS)),
-            ("temperature", optional(non_negative_float)),
-            ("max_tokens", optional(positive_int)),
-            ("top_p", optional(unit_float)),
-            ("top_k_sampling", optional(integer_from(-1))),
-            ("seed", optional(non_negative_int)),
-            ("repetition_penalty", optional(positive_float)),
-            ("concurrency", optional(positive_int)),
-            ("rate_limit", optional(positive_float)),
-            ("local_instances", optional(positive_int)),
-            ("local_prefix_reuse", on_off),
-            ("cache", one_of(CACHE_MODES)),
-            ("server", one_of(SERVERS)),
-            ("routing", one_of(ROUTINGS)),
-        ):
-            check_field(self, name, "llm", checker, ConfigError)
+        check_fields(self, "llm", _LLM_RULES, ConfigError)
         if not isinstance(self.model, str) or not self.model:
             raise ConfigError(f"llm.model: expected a model name, got {self.model!r}")
         if self.chat_template is not None:
@@ -124,11 +129,12 @@ class EvalConfig:
     pad: bool = False  # fill short rankings with zero-score docs in corpus order (R2MED)
 
     def __post_init__(self) -> None:
-        check_field(self, "depth", "eval", optional(positive_int), ConfigError)
-        check_field(self, "missing", "eval", one_of(MISSING_POLICIES), ConfigError)
-        check_field(self, "ties", "eval", one_of(TIE_ORDERS), ConfigError)
-        if not isinstance(self.pad, bool):
-            raise ConfigError(f"eval.pad: expected true or false, got {self.pad!r}")
+        rules = {
+            "depth": positive_int,
+            "missing": one_of(MISSING_POLICIES),
+            "ties": one_of(TIE_ORDERS),
+        }
+        check_fields(self, "eval", rules, ConfigError)
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,7 @@ class StageConfig:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        check_fields(self, "rerank", {}, ConfigError)
         if self.kind not in STAGES:
             known = ", ".join(STAGES) or "none yet"
             raise ConfigError(f"rerank: unknown stage {self.kind!r}; known: {known}")
@@ -174,9 +181,19 @@ class Recorded:
     embedded models); not part of the binding: a cached rerun is the same anywhere."""
 
     def __post_init__(self) -> None:
+        check_fields(self, "", {}, ConfigError)
         for name in ("prompts", "generation_sha256", "sampling", "embedded", "retriever_index",
                      "machine"):  # fmt: skip
             object.__setattr__(self, name, dict(getattr(self, name)))
+
+
+_RUN_RULES = {
+    "limit": optional(positive_int),
+    "run_file_duplicates": one_of(DUPLICATE_RULES),
+    "run_file_order": one_of(RUN_FILE_ORDERS),
+    "reasoning": one_of(REASONING_SETTINGS),
+    "timeout": positive_float,
+}
 
 
 @dataclass(frozen=True)
@@ -229,6 +246,7 @@ class RunConfig:
         return {**{k: v for k, v in preset.items() if k in defaults}, **self.options}
 
     def __post_init__(self) -> None:
+        check_fields(self, "", _RUN_RULES, ConfigError)
         if self.agent not in AGENTS:
             raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
         spec = AGENTS[self.agent]
@@ -241,7 +259,6 @@ class RunConfig:
             except ValueError as e:
                 raise ConfigError(f"generations {self.generations!r}: {e}") from None
         self._check_run_file()
-        check_field(self, "limit", "", optional(positive_int), ConfigError)
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
         object.__setattr__(self, "rerank", stages)
         needs_llm = self.agent_calls_llm or any(STAGES[s.kind].uses_llm for s in stages)
@@ -264,13 +281,9 @@ class RunConfig:
 
             check_component(self.run_name, "run_name")
         object.__setattr__(self, "prompt_files", dict(self.prompt_files))
-        check_field(self, "reasoning", "", one_of(REASONING_SETTINGS), ConfigError)
-        check_field(self, "timeout", "", positive_float, ConfigError)
 
     def _check_run_file(self) -> None:
         """A run file is the whole first stage: no agent, replay or source run beside it."""
-        check_field(self, "run_file_duplicates", "", one_of(DUPLICATE_RULES), ConfigError)
-        check_field(self, "run_file_order", "", one_of(RUN_FILE_ORDERS), ConfigError)
         if self.run_file is None:
             for name, default in (("run_file_duplicates", "refuse"), ("run_file_order", "score")):
                 if getattr(self, name) != default:
@@ -331,7 +344,7 @@ def typed_options(spec: OptionSpec, given: Mapping[str, Any], what: str) -> dict
         if key not in options:
             known = ", ".join(options) or "none"
             raise ConfigError(f"{what} {key}={value!r}: {spec.name!r} has options: {known}")
-        options[key] = _typed_like(options[key], value, f"{what} {key}={value}")
+        options[key] = _typed_like(options[key], value, f"{what} {key}={quoted(value)}")
     if spec.check_options:
         try:
             spec.check_options(options)
@@ -344,25 +357,31 @@ _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0"
 
 
 def _typed_like(default: Any, value: Any, where: str) -> Any:
-    """``value`` (text from a flag, or a value from Python or TOML) as the default's type."""
+    """``value`` (text from a flag or a spec, or a value from Python or TOML) as the default's
+    type: text is read as a flag's is (eval.decimal_text), a value must be of the type."""
     if isinstance(default, bool):
         if isinstance(value, bool):
             return value
-        if str(value).strip().lower() not in _BOOLS:
+        if not isinstance(value, str) or value.strip().lower() not in _BOOLS:
             raise ConfigError(f"{where}: expected true or false")
-        return _BOOLS[str(value).strip().lower()]
-    if default is None or isinstance(default, str):
-        return value if default is None else str(value)
+        return _BOOLS[value.strip().lower()]
+    if default is None:
+        return value
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected text, got {type(value).__name__}")
+        return value
     kind = type(default)
     noun = {int: "an integer", float: "a number"}.get(kind, kind.__name__)
-    if isinstance(value, bool):
-        raise ConfigError(f"{where}: expected {noun}")
-    try:
-        typed = kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: expected {noun}") from None
-    if kind is int and not isinstance(value, str) and typed != value:
-        raise ConfigError(f"{where}: expected {noun}")
+    if isinstance(value, str):
+        try:
+            return parse_int(value) if kind is int else parse_float(value)
+        except ValueError as e:
+            raise ConfigError(f"{where}: {e}") from None
+    wanted = numbers.Integral if kind is int else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, wanted):
+        raise ConfigError(f"{where}: expected {noun}, got {type(value).__name__}")
+    typed = kind(value)
     if isinstance(typed, float) and not math.isfinite(typed):
         raise ConfigError(f"{where}: expected a finite number")
     return typed

@@ -2,8 +2,9 @@
 
 Defaults and checks live here and only here. Each dataclass checks its fields in
 ``__post_init__`` and raises ``ValueError`` naming the field (``dense.batch_size: must be a
-positive integer, got 0``); numbers may be given as text (``"32"``), as a flag or a sweep
-file gives them, and are stored as numbers. `RetrieverConfig.to_dict` gives plain JSON data
+positive integer, got 0``): each value against the field's annotation, then its rule
+(`eval.argtypes.check_fields`). A flag's text is read by the same rule (``"32"`` -> 32); a
+value given from Python, a sweep file or ``config.json`` must be of the field's type. `RetrieverConfig.to_dict` gives plain JSON data
 and `RetrieverConfig.from_dict` takes it back, refusing unknown keys by name, so a
 configuration written to ``config.json`` loads as the same object.
 
@@ -29,7 +30,7 @@ from typing import Any, ClassVar
 
 from eval.argtypes import (
     boolean,
-    check_field,
+    check_fields,
     non_negative_float,
     non_negative_int,
     one_of,
@@ -180,9 +181,12 @@ class BM25Config:
     )
 
     def __post_init__(self) -> None:
-        check_field(self, "method", self.SECTION, one_of(BM25_METHODS))
-        check_field(self, "k1", self.SECTION, optional(non_negative_float))
-        check_field(self, "b", self.SECTION, optional(unit_float))
+        rules = {
+            "method": one_of(BM25_METHODS),
+            "k1": optional(non_negative_float),
+            "b": optional(unit_float),
+        }
+        check_fields(self, self.SECTION, rules)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> BM25Config:
@@ -266,14 +270,15 @@ class DenseConfig:
     )
 
     def __post_init__(self) -> None:
-        check_field(self, "device", self.SECTION, _device)
-        check_field(self, "family", self.SECTION, _family)
-        check_field(self, "trust_remote_code", self.SECTION, boolean)
-        check_field(self, "ignore_identical_ids", self.SECTION, boolean)
-        check_field(self, "dtype", self.SECTION, one_of(DTYPES))
-        check_field(self, "batch_size", self.SECTION, positive_int)
-        check_field(self, "max_length", self.SECTION, optional(positive_int))
-        check_field(self, "instructions", self.SECTION, one_of(INSTRUCTION_SETS))
+        rules = {
+            "device": _device,
+            "family": _family,
+            "dtype": one_of(DTYPES),
+            "batch_size": positive_int,
+            "max_length": optional(positive_int),
+            "instructions": one_of(INSTRUCTION_SETS),
+        }
+        check_fields(self, self.SECTION, rules)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> DenseConfig:
@@ -348,9 +353,8 @@ class ApiEmbedConfig:
     )
 
     def __post_init__(self) -> None:
-        check_field(self, "api_base", self.SECTION, _api_base)
-        check_field(self, "batch_size", self.SECTION, positive_int)
-        check_field(self, "params", self.SECTION, _params)
+        rules = {"api_base": _api_base, "batch_size": positive_int, "params": _params}
+        check_fields(self, self.SECTION, rules)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> ApiEmbedConfig:
@@ -374,9 +378,12 @@ class FusionConfig:
     depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
 
     def __post_init__(self) -> None:
-        check_field(self, "method", self.SECTION, one_of(FUSION_METHODS))
-        check_field(self, "k", self.SECTION, non_negative_int)
-        check_field(self, "depth", self.SECTION, positive_int)
+        rules = {
+            "method": one_of(FUSION_METHODS),
+            "k": non_negative_int,
+            "depth": positive_int,
+        }
+        check_fields(self, self.SECTION, rules)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> FusionConfig:
@@ -469,6 +476,7 @@ class RetrieverConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self, self.SECTION, {})
         try:
             parts = parse_spec(self.spec)
         except ValueError as e:
