@@ -4,9 +4,10 @@ Defaults and checks live here and only here. Each dataclass checks its fields in
 ``__post_init__`` and raises ``ValueError`` naming the field (``dense.batch_size: must be a
 positive integer, got 0``): each value against the field's annotation, then its rule
 (`eval.argtypes.check_fields`). A flag's text is read by the same rule (``"32"`` -> 32); a
-value given from Python, a sweep file or ``config.json`` must be of the field's type. `RetrieverConfig.to_dict` gives plain JSON data
-and `RetrieverConfig.from_dict` takes it back, refusing unknown keys by name, so a
-configuration written to ``config.json`` loads as the same object.
+value given from Python, a sweep file or ``config.json`` must be of the field's type.
+`RetrieverConfig.to_dict` gives plain JSON data and `RetrieverConfig.from_dict` takes it
+back, refusing unknown keys by name, so a configuration written to ``config.json`` loads as
+the same object.
 
 Each field's ``metadata["help"]`` is one line for a CLI to show; a field that is a flag also
 names it and says how the flag reads a value (``_flag``; `retrievers.flags` builds the flags
