@@ -853,3 +853,108 @@ def test_an_embedding_cache_key_holds_no_secret_of_its_url():
     two = encoder_id("m", "http://TOKEN-TWO-654321@127.0.0.1:8/v1?api_key=zyxwvuts2", {})
     assert one == two != plain
     assert encoder_id("m", "http://127.0.0.1:9/v1", {}) != plain
+
+
+# --- the retrieval server's token (retrievers/bearer_token.py), on both sides ------------------
+
+# values a bearer token cannot be; each secret's own characters are unusual enough that no
+# message could hold one by chance
+BAD_SERVE_TOKENS = {
+    "non-ASCII": "ÖÄÜ§ßéèñ-serve-token",
+    "trailing newline": "Qz9Wk7Xv2Lp4Nj8Rt6Ym3Hs\n",
+    "CRLF": "Qz9Wk7Xv2Lp4Nj8Rt6Ym3Hs\r\n",
+    "whitespace only": "   ",
+    "inner space": "Qz9Wk7Xv2 Lp4Nj8Rt6Ym3Hs",
+}
+
+
+def secret_marks(value: str) -> list[str]:
+    """What of ``value`` must not show: its stripped whole, and each non-ASCII character."""
+    return [m for m in {value.strip(), *(c for c in value if not c.isascii())} if m.strip()]
+
+
+class CountingHandler(BaseHTTPRequestHandler):
+    seen: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        CountingHandler.seen.append(self.path)
+        send_body(self, 200, b'{"tasks": {}}')
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("kind", list(BAD_SERVE_TOKENS))
+def test_a_serve_token_that_cannot_be_a_header_stops_a_remote_run_before_any_request(
+    tmp_path, toy_dir, capsys, caplog, monkeypatch, kind
+):
+    """`remote:` with a token no HTTP header can carry: one line naming the variable and the
+    fault, no character of the secret, no request sent, no run folder (once retried 4 times as
+    'no answer', or printed as an 'ascii' codec error quoting the character)."""
+    value = BAD_SERVE_TOKENS[kind]
+    monkeypatch.setenv("R2MED_SERVE_TOKEN", value)
+    caplog.set_level(logging.DEBUG)
+    CountingHandler.seen = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CountingHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        argv = ["--agent", "none", "--dataset", str(toy_dir), "--retriever",
+                f"remote:http://127.0.0.1:{server.server_port}", "--runs-dir",
+                str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+        assert main(argv) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    assert line.startswith("error: $R2MED_SERVE_TOKEN ")
+    assert line.endswith(": a bearer token is printable ASCII with no space or line end; "
+                         "set it again")  # fmt: skip
+    printed = out.out + out.err + "".join(r.getMessage() for r in caplog.records)
+    assert [m for m in secret_marks(value) if m in printed] == []
+    assert CountingHandler.seen == [] and not (tmp_path / "runs").exists()
+
+
+SERVE_MODES = {
+    "http loopback": [],
+    "http off loopback": ["--host", "0.0.0.0"],
+    "mcp http off loopback": ["--host", "0.0.0.0", "--mcp", "--transport", "http"],
+}
+
+
+@pytest.mark.parametrize("mode", list(SERVE_MODES))
+@pytest.mark.parametrize("kind", list(BAD_SERVE_TOKENS))
+def test_a_serve_token_that_cannot_be_a_header_stops_the_server_at_start(
+    capsys, caplog, monkeypatch, kind, mode
+):
+    from retrievers.serve.__main__ import main as serve_main
+
+    value = BAD_SERVE_TOKENS[kind]
+    monkeypatch.setenv("R2MED_SERVE_TOKEN", value)
+    caplog.set_level(logging.DEBUG)
+    argv = ["--dataset", "demo", "--retriever", "bm25", "--port", "0", "--quiet",
+            *SERVE_MODES[mode]]  # fmt: skip
+    assert serve_main(argv) == 2
+    out = capsys.readouterr()
+    (line,) = out.err.splitlines()
+    assert line.startswith("error: $R2MED_SERVE_TOKEN ") and "set it again" in line
+    printed = out.out + out.err + "".join(r.getMessage() for r in caplog.records)
+    assert [m for m in secret_marks(value) if m in printed] == []
+
+
+@pytest.mark.parametrize("mode", ["http off loopback", "mcp http off loopback"])
+@pytest.mark.parametrize("weak", ["x", "Qz9Wk7Xv2Lp4Nj8", "!"])
+def test_a_weak_token_does_not_guard_an_address_off_loopback(capsys, monkeypatch, mode, weak):
+    """At least 16 printable ASCII characters guard --host 0.0.0.0 (refused before it binds)."""
+    from retrievers.serve.__main__ import main as serve_main
+
+    monkeypatch.setenv("R2MED_SERVE_TOKEN", weak)
+    argv = ["--dataset", "demo", "--retriever", "bm25", "--port", "0", "--quiet",
+            *SERVE_MODES[mode]]  # fmt: skip
+    assert serve_main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err == (
+        "error: $R2MED_SERVE_TOKEN is too short to guard --host 0.0.0.0 (reachable from other "
+        "machines): a token there is at least 16 characters of printable ASCII with no space or "
+        "line end; make one with python -c 'import secrets; print(secrets.token_urlsafe(32))'\n"
+    )
