@@ -12,7 +12,8 @@ outgrows the model's context is counted as filling it, and the graph goes on. A 
 the same settings) holds records for the stage: the mean usage of its answered queries, a
 cached call counting as the call it stands for. Cost comes from litellm's local price map;
 local, self-hosted and unknown models have none. Nothing is written: no run folder, cache
-entry or joined model file.
+entry or joined model file. With ``progress``, what it is doing is shown on stderr as it goes
+(preparing the run on a terminal, then a bar per stage with the calls and tokens counted).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agents.runner import ranking_of
 from agents.serialise import from_dict
 from eval import runs
 from eval.datasets import default_cache_dir
+from eval.progress import progress_bar, transient
 from eval.usage import Usage
 
 MEASURED, WORST_CASE, NO_LLM = "measured", "worst case", "no LLM"
@@ -98,14 +100,16 @@ class LongestDocuments:
         return {d: float(k - i) for i, d in enumerate(self.order[:k])}
 
 
-def estimate(config: RunConfig) -> Estimate:
+def estimate(config: RunConfig, progress: bool = False) -> Estimate:
     """What a fresh run of ``config`` would cost; bad input is refused with the run's own
-    one-line errors (ValueErrors) first."""
+    one-line errors (ValueErrors) first. ``progress``: say on stderr what it is doing."""
     dry = DryModel(Path(config.cache_dir or default_cache_dir()).expanduser())
     try:
-        plan = prepare(config, dry=dry)
-        state = run_state(plan)
-        stages = asyncio.run(_estimate(plan, dry, state == MEASURED))
+        # taken back when done: a refusal is still the one line printed
+        with transient("dry run: checking the run and loading its LLM stack ...", progress):
+            plan = prepare(config, dry=dry)
+            state = run_state(plan)
+        stages = asyncio.run(_estimate(plan, dry, state == MEASURED, progress))
         tokenizers = dry.tokenizers()
     finally:
         dry.close()
@@ -132,16 +136,18 @@ def run_state(plan: Plan) -> str | None:
     return MEASURED if binding(saved) == binding(mine) else "other"
 
 
-async def _estimate(plan: Plan, dry: DryModel, measured: bool) -> list[tuple[str, StageEstimate]]:
+async def _estimate(
+    plan: Plan, dry: DryModel, measured: bool, progress: bool = False
+) -> list[tuple[str, StageEstimate]]:
     out = []
     for tp in plan.tasks:
         task_dir = plan.run_dir / tp.folder if measured else None
-        out += [(tp.folder, s) for s in await _task(plan, tp, dry, task_dir)]
+        out += [(tp.folder, s) for s in await _task(plan, tp, dry, task_dir, progress)]
     return out
 
 
 async def _task(
-    plan: Plan, tp: TaskPlan, dry: DryModel, task_dir: Path | None
+    plan: Plan, tp: TaskPlan, dry: DryModel, task_dir: Path | None, progress: bool = False
 ) -> list[StageEstimate]:
     """Each stage in turn, on the lists the stage before it made: the run's own where its
     records hold them, else the dry run's (the longest documents)."""
@@ -157,7 +163,7 @@ async def _task(
         agent.model = config.llm.model  # type: ignore[union-attr]
     tally = dry.begin(plan.spec.worst_case_hook(), config.options)
     lists = await _stage(agent, task_dir, tp, tally, graph and functools.partial(_invoke, graph),
-                         lists)  # fmt: skip
+                         lists, progress)  # fmt: skip
     stages = [agent]
     for i, stage_config in enumerate(config.rerank, 1):
         spec = STAGES[stage_config.kind]
@@ -170,7 +176,7 @@ async def _task(
             rerank = spec.build(plan.stage_context(tp, i, stage_config)).rerank
         tally = dry.begin(spec.worst_case_hook(), stage_config.options)
         lists = await _stage(stage, task_dir / name if task_dir else None, tp, tally, rerank,
-                             lists)  # fmt: skip
+                             lists, progress)  # fmt: skip
     for stage in stages:
         stage.cost = _cost(stage)
     return stages
@@ -187,6 +193,7 @@ async def _stage(
     tally: Tally,
     answer: Any,
     lists: dict[str, dict[str, float]],
+    progress: bool = False,
 ) -> dict[str, dict[str, float]]:
     """Measure the stage from its records, or count it by answering every query (``answer``:
     None for a stage that calls no model); the lists it hands on."""
@@ -211,8 +218,19 @@ async def _stage(
                                "answered so far")  # fmt: skip
     elif answer is not None:
         out = {}
+        label = stage.kind if stage.name == runs.AGENT_STAGE else stage.name
+        bar = None
         for query_id, text in tp.queries.items():
             out[query_id] = (await answer(query_id, text, lists[query_id]))["ranking"]
+            if bar is None:  # after the first query: a refusal at its first call is one line
+                bar = progress_bar(total=len(tp.queries), desc=f"dry run {tp.folder} [{label}]",
+                                   unit="q", leave=False, disable=not progress)  # fmt: skip
+            # the worst-case calls answered and their prompts tokenized so far
+            bar.set_postfix_str(f"{tally.calls:,} calls, {tally.prompt_tokens:,} prompt tok "
+                                "counted", refresh=False)  # fmt: skip
+            bar.update(1)
+        if bar is not None:
+            bar.close()
         _per_query(stage, len(tp.queries), tally.calls, tally.prompt_tokens,
                    tally.completion_tokens)  # fmt: skip
         stage.source = WORST_CASE

@@ -80,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:  # writes nothing: no run folder, no cache entry
         from agents.dry_run import estimate, format_estimate
 
-        print(format_estimate(estimate(config)), flush=True)
+        print(format_estimate(estimate(config, progress=not args.quiet)), flush=True)
         return 0
     from agents.pipeline import run  # after parsing: --help loads no retriever or LLM stack
 

@@ -40,6 +40,27 @@ def in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def interactive() -> bool:
+    """Whether a transient line can be shown and taken back: a kernel's widget, or stderr on a
+    terminal (a log or a captured stream keeps every line written to it)."""
+    if in_kernel():
+        return True
+    stream = sys.stderr
+    return stream is not None and hasattr(stream, "isatty") and stream.isatty()
+
+
+@contextlib.contextmanager
+def transient(text: str, shown: bool = True) -> Iterator[None]:
+    """``text`` on a line of its own while the block runs, where it can be taken back after
+    (`interactive`), so a refusal that ends the block is still the one line printed."""
+    bar = progress_bar(desc=text, bar_format="{desc}", leave=False,
+                       disable=not (shown and interactive()))  # fmt: skip
+    try:
+        yield
+    finally:
+        bar.close()
+
+
 def _notebook_bar() -> Any:
     """tqdm's notebook class when its widgets can be drawn, else None."""
     try:
