@@ -240,8 +240,8 @@ def _leaderboard(c: Comparison) -> list[dict[str, Any]]:
                 {
                     "mean": f"{c.means[label][task] * 100:.2f}",
                     "delta": f"{d.delta * 100:+.2f}" if d else "",
-                    "p": f"{d.p_value:.3g}" if d else "",
-                    "significant": bool(d and d.p_value < 0.05),
+                    "p": d.p_text() if d else "",
+                    "significant": bool(d and d.significant),
                 }
             )
         overall = deltas.get("Overall")
@@ -252,8 +252,8 @@ def _leaderboard(c: Comparison) -> list[dict[str, Any]]:
                 "cells": cells,
                 "avg": f"{c.avg(label) * 100:.2f}",
                 "delta": f"{(c.avg(label) - base_avg) * 100:+.2f}" if overall else "",
-                "p": f"{overall.p_value:.3g}" if overall else "",
-                "significant": bool(overall and overall.p_value < 0.05),
+                "p": overall.p_text() if overall else "",
+                "significant": bool(overall and overall.significant),
                 "wtl": f"{overall.wins}/{overall.ties}/{overall.losses}" if overall else "",
             }
         )

@@ -106,7 +106,7 @@ def comparison_markdown(c: Comparison) -> str:
 
 
 def _delta_cell(d: Delta) -> str:
-    return f"{d.delta * 100:+.2f} (p={d.p_value:.3g}; {d.wins}/{d.ties}/{d.losses})"
+    return f"{d.delta * 100:+.2f} (p={d.p_text()}; {d.wins}/{d.ties}/{d.losses})"
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eval.compare.model import Cost, Delta, Mover, RunData
-from eval.significance import Test, paired_p_value
+from eval.significance import Test, paired_test
 from eval.usage import Usage
 
 
@@ -17,6 +17,7 @@ def delta(base: Mapping[Any, float], other: Mapping[Any, float], test: Test) -> 
     a = [base[k] for k in keys]
     b = [other[k] for k in keys]
     n = len(keys)
+    tested = paired_test(a, b, test=test)
     return Delta(
         n=n,
         wins=sum(y > x for x, y in zip(a, b, strict=True)),
@@ -24,7 +25,8 @@ def delta(base: Mapping[Any, float], other: Mapping[Any, float], test: Test) -> 
         losses=sum(y < x for x, y in zip(a, b, strict=True)),
         baseline=sum(a) / n if n else 0.0,
         value=sum(b) / n if n else 0.0,
-        p_value=paired_p_value(a, b, test=test),
+        p_value=tested.p_value,
+        p_reason=tested.reason,
     )
 
 

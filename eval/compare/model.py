@@ -12,6 +12,7 @@ from typing import Any
 
 from eval.references import Reference
 from eval.runs import RunQrels
+from eval.significance import PairedTest
 from eval.task_summary import TaskSummary
 from eval.usage import Usage
 
@@ -57,7 +58,16 @@ class Delta:
     losses: int
     baseline: float  # mean of the baseline's scores
     value: float  # mean of this run's scores
-    p_value: float
+    p_value: float | None  # None where the test has none (too few queries): `p_reason`
+    p_reason: str = ""
+
+    def p_text(self, spec: str = ".3g") -> str:
+        """The p-value as ``spec`` formats it, or ``n/a (why)``."""
+        return PairedTest(self.p_value, self.p_reason).text(spec)
+
+    @property
+    def significant(self) -> bool:
+        return PairedTest(self.p_value, self.p_reason).significant
 
     @property
     def delta(self) -> float:

@@ -71,7 +71,7 @@ def write_comparison(
          "wins", "ties", "losses", "p_value", "test"],
         [
             [label, c.baseline, task, d.n, f"{d.baseline:.5f}", f"{d.value:.5f}",
-             f"{d.delta:.5f}", d.wins, d.ties, d.losses, f"{d.p_value:.4g}", c.test]
+             f"{d.delta:.5f}", d.wins, d.ties, d.losses, d.p_text(".4g"), c.test]
             for label, by_task in c.deltas.items()
             for task, d in by_task.items()
         ],
