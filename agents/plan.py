@@ -86,6 +86,8 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     `agents.llm.dry.DryModel`) the clients answer from it and nothing is contacted or
     created: no cache folder, no server asked for its template, no generations read."""
     if config.llm is not None:
+        if dry is None:  # before the model checks, which import litellm (seconds)
+            check_servers(config)
         from agents.llm.keys import check_credentials, check_model
 
         for model, api_base in config.llm_targets():
@@ -137,6 +139,32 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
         config = config.with_recorded(machine=described)
     run_dir = Path(config.runs_dir).expanduser() / (config.run_name or default_run_name(config))
     return Plan(config, spec, cache_dir, run_dir, plans, llms, source)
+
+
+def check_servers(config: RunConfig) -> None:
+    """Every server a run's --api-base or a stage's api_base= names accepts a connection:
+    a run whose server is not there is refused in one line before any work (in-process
+    providers, local/ and scripted/, have no server)."""
+    import sys
+
+    from agents.llm.serving import require_servers
+    from eval.api_keys import EMBEDDED_PROVIDER, is_custom_provider
+
+    def in_process(model: str) -> bool:  # a provider can be registered only once litellm is in
+        prefix = model.split("/", 1)[0]
+        return prefix == EMBEDDED_PROVIDER or (
+            "litellm" in sys.modules and is_custom_provider(prefix)
+        )
+
+    named = {}  # api_base -> the flag that names it
+    for stage in config.rerank:
+        if STAGES[stage.kind].uses_llm and stage.options.get("api_base"):
+            named.setdefault(stage.options["api_base"], f"--rerank {stage.kind} api_base=")
+    if config.llm is not None and config.llm.api_base:
+        named[config.llm.api_base] = "--api-base"
+    for model, api_base in config.llm_targets():
+        if api_base and not in_process(model):
+            require_servers(api_base, named.get(api_base, "--api-base"))
 
 
 def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:

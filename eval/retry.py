@@ -8,11 +8,18 @@ is reraised. Between attempts the wait grows exponentially (`Backoff`; with full
 LLM calls, which many workers make at once), and is longer when a server's Retry-After header
 asks for longer, up to `RETRY_AFTER_MAX_S`. tenacity is imported when a policy is first built,
 so reading a constant here costs nothing.
+
+No server at the address (`no_server_reason`: the connection was refused, or the host name
+does not resolve) is not waited out while that server has never answered: nothing listens
+there, and another attempt a few seconds later finds the same, so the caller says so at once
+(`retry_refused(answered=False)`). A server that has answered before and then refuses is
+restarting or dropped: that is retried like any transient failure.
 """
 
 from __future__ import annotations
 
 import email.utils
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +50,35 @@ REMOTE_BACKOFF = Backoff(min_s=0.5, max_s=8.0)
 REMOTE_ATTEMPTS = 4
 
 Retryable = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def no_server_reason(exc: BaseException | None) -> str | None:
+    """Why nothing answered, when no server is at the address: "connection refused" or
+    "cannot resolve <host>", read from the error's chain (litellm and the SDKs wrap httpx's
+    ConnectError, which wraps the socket's error); None for any other failure."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(exc, socket.gaierror):
+            return "cannot resolve the host name"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def retry_refused(retryable: Retryable, answered: Callable[[], bool]) -> Retryable:
+    """``retryable`` except for no server at the address (`no_server_reason`) while
+    ``answered()`` is false: a server that never answered is not waited for."""
+
+    def retry(exc: BaseException) -> bool:
+        if isinstance(retryable, tuple):
+            worth = isinstance(exc, retryable)
+        else:
+            worth = retryable(exc)
+        return worth and (answered() or no_server_reason(exc) is None)
+
+    return retry
 
 
 def retry_after_seconds(exc: BaseException | None) -> float | None:

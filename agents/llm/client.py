@@ -12,6 +12,11 @@ would fail the same way, so callers stop the run instead of failing query after 
 attempt waits at most `timeout` seconds for the server's answer (no call waits forever); a call
 whose every attempt timed out or found no server raises `LLMUnavailable`, which stops the run
 the same way, naming the server. A 429's Retry-After is waited out before the next attempt.
+A refused connection (or a host name that does not resolve) before this client's server has
+ever answered is not retried: nothing listens there, so the first attempt raises
+`LLMUnavailable` saying "no server answers at <url> (connection refused)" within a second. Once
+the server has answered, a refused connection is a server restarting or dropped, and is retried
+with the other transient errors (eval.retry's policy, `retry_refused`).
 A reply the client cannot use (no choices; an answer emptied by the length limit, which is
 what vLLM's reasoning parser returns when thinking fills the budget) raises `LLMReplyError`:
 that query fails with the reason and its fix, and nothing is cached for it.
@@ -59,7 +64,7 @@ from agents.llm.tool_text import parse_tool_calls, tool_names
 from agents.secrets import NO_KEY_PLACEHOLDER, public_url
 from eval.api_keys import is_custom_provider, missing_key_variables, provider_of
 from eval.litellm_setup import litellm
-from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, retrying
+from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, no_server_reason, retry_refused, retrying
 from eval.retry import retry_after_seconds as retry_after_seconds  # the client's name too
 from eval.usage import Usage
 
@@ -129,6 +134,8 @@ class LLM:
     )
     _local_ready: bool = field(default=False, init=False, repr=False, compare=False)
     _limiter: AsyncLimiter | None = field(default=None, init=False, repr=False, compare=False)
+    # a request of this client has been answered: a refused connection is then worth retrying
+    _answered: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cache_mode not in CACHE_MODES:
@@ -325,7 +332,7 @@ class LLM:
         attempts = retrying(
             LLM_BACKOFF,
             self.max_retries,
-            RETRYABLE_ERRORS,
+            retry_refused(RETRYABLE_ERRORS, lambda: self._answered),
             asynchronous=True,
             before_sleep=self._log_retry,
             sleep=lambda seconds: _sleep(seconds),
@@ -350,7 +357,9 @@ class LLM:
                     if self._limiter:
                         await self._limiter.acquire()
                     try:
-                        return await self._send(messages, stop, kwargs, prompt)
+                        response = await self._send(messages, stop, kwargs, prompt)
+                        self._answered = True
+                        return response
                     except Exception as exc:
                         if not is_auth_error(exc):
                             raise
@@ -369,6 +378,10 @@ class LLM:
     def _unavailable_message(self, exc: BaseException) -> str:
         where = public_url(self.api_base) or f"{provider_of(self.model) or 'its provider'}'s API"
         tries = f"{max(1, self.max_retries)} attempts"
+        refused = no_server_reason(exc)
+        if refused and not self._answered:
+            flag = "--api-base (or the stage's api_base=)" if self.api_base else "the model name"
+            return f"{self.model}: no server answers at {where} ({refused}); start it or fix {flag}"
         if isinstance(exc, litellm.Timeout):
             why = f"no answer within {self.timeout:g} s in {tries}"
             hint = "is the server up and not overloaded? --timeout sets the wait"
@@ -454,7 +467,7 @@ class LLM:
 
 def is_no_server(exc: BaseException) -> bool:
     """A timeout, or no server at the address (however litellm reports a refused connection)."""
-    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError):
+    if isinstance(exc, litellm.Timeout | litellm.APIConnectionError) or no_server_reason(exc):
         return True
     return isinstance(exc, litellm.InternalServerError) and any(m in str(exc) for m in _NO_SERVER)
 

@@ -188,6 +188,53 @@ async def _answers_props(url: str) -> bool:
         return False
 
 
+PROBE_TIMEOUT_S = 3.0  # a server that does not accept a connection in this long is not there
+
+
+def unreachable(url: str) -> str | None:
+    """Why no server answers at ``url`` ("connection refused", "cannot resolve <host>", "no
+    answer within 3 s"), or None when something accepts a connection there (a TCP connect:
+    no request is sent). A URL reached through a proxy (the environment's, which httpx and
+    the SDKs use) is not probed: only the proxy could say."""
+    import socket
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname
+    if not host or parts.scheme not in ("http", "https"):
+        return None  # not a URL this can probe; the call says what is wrong with it
+    if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(host):
+        return None
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+            return None
+    except ConnectionRefusedError:
+        return "connection refused"
+    except socket.gaierror:
+        return f"cannot resolve {host}"
+    except TimeoutError:
+        return f"no answer within {PROBE_TIMEOUT_S:g} s"
+    except OSError as e:
+        return e.strerror or type(e).__name__
+
+
+def require_servers(api_base: str | None, flag: str) -> None:
+    """Every server ``api_base`` names (one URL or replicas) accepts a connection; ValueError
+    in one line naming the flag and the first one that does not."""
+    from agents.secrets import public_url
+
+    for url in replicas(api_base):
+        why = unreachable(url)
+        if why is not None:
+            sep = "" if flag.endswith("=") else " "
+            raise ValueError(f"{flag}{sep}{public_url(url)}: no server answers there ({why})")
+
+
 def server_template(api_base: str | None) -> ChatTemplate:
     """The chat template a llama.cpp server reports (``GET <server>/props``, its
     ``chat_template``); ValueError (one line) when it reports none."""
@@ -196,6 +243,7 @@ def server_template(api_base: str | None) -> ChatTemplate:
     from agents.secrets import public_url
 
     urls = replicas(api_base)
+    require_servers(api_base, "--api-base")  # no server: said so, not "no chat template"
     for url in urls:
         root = url.rstrip("/").removesuffix("/v1")
         try:
