@@ -52,7 +52,7 @@ import numpy as np
 
 from eval.files import create_temp_file, safe_name
 from eval.fingerprint import corpus_fingerprint
-from eval.progress import progress_bar
+from eval.progress import progress_bar, transient
 
 from .config import (
     DEFAULT_DENSE_MODEL,
@@ -360,23 +360,25 @@ def build_dense(
         raise ValueError(f"dense:{model}: {chosen.name} is an API embedder; use api:{model}")
     dtype = resolve_dtype(dtype, chosen)
     device = resolve_device(device)
-    if chosen.loader == "sentence-transformers":
-        st = load_sentence_transformer(load_path, dtype, max_length, device)
-        encode = prefixing(sentence_transformer_encoder(st, batch_size))
-        # The id sentence-transformers families always had: their caches stay valid.
-        recipe = f"st:{model_id}|revision={{}}|max_length={st.max_seq_length}|dtype={dtype}"
-    else:
-        encode = family_encoder(
-            load_path, chosen, dtype, device, max_length, batch_size, trust_remote_code
-        )
-        # "512", or "512/2048" where queries and documents differ (GritLM)
-        lengths = max_length or "/".join(
-            dict.fromkeys(str(chosen.length_for(r) or "model") for r in ("query", "doc"))
-        )
-        recipe = (
-            f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
-            f"|{chosen.recipe()}"
-        )
+    # a big model takes a while to load; taken back after, so a refusal is still one line
+    with transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress):
+        if chosen.loader == "sentence-transformers":
+            st = load_sentence_transformer(load_path, dtype, max_length, device)
+            encode = prefixing(sentence_transformer_encoder(st, batch_size))
+            # The id sentence-transformers families always had: their caches stay valid.
+            recipe = f"st:{model_id}|revision={{}}|max_length={st.max_seq_length}|dtype={dtype}"
+        else:
+            encode = family_encoder(
+                load_path, chosen, dtype, device, max_length, batch_size, trust_remote_code
+            )
+            # "512", or "512/2048" where queries and documents differ (GritLM)
+            lengths = max_length or "/".join(
+                dict.fromkeys(str(chosen.length_for(r) or "model") for r in ("query", "doc"))
+            )
+            recipe = (
+                f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
+                f"|{chosen.recipe()}"
+            )
     # The device stays out of the id: it changes where the embeddings are computed, not them.
     # The revision is read after loading, when a hub model is in the hub cache.
     encoder_id = recipe.format(model_revision(load_path) or "unknown")
