@@ -129,3 +129,25 @@ def test_a_disabled_bar_hosts_nothing() -> None:
     bar = progress.progress_bar(total=1, disable=True)
     with progress.live(bar, "q01"):
         assert not progress.hosted()
+
+
+def test_a_transient_line_shows_only_where_it_can_be_taken_back(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    with progress.transient("loading a model ..."):  # captured stderr: a log keeps every line
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "interactive", lambda: True)  # a terminal
+    with progress.transient("loading a model ..."):
+        pass
+    err = capsys.readouterr().err
+    assert "loading a model ..." in err
+    assert err.endswith("\r") and err.rstrip("\r").endswith(" ")  # overwritten when done
+    with progress.transient("loading a model ...", shown=False):  # progress off
+        pass
+    assert capsys.readouterr().err == ""
+
+
+def test_a_kernel_counts_as_interactive(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_ipython(monkeypatch, FakeKernelShell())
+    assert progress.interactive()
