@@ -27,8 +27,9 @@ from agents.rerank import StageContext
 from agents.run_file import RunFileLists, missing_line, read_run_file, repeated_line
 from agents.serialise import from_dict
 from eval import runs
-from eval.datasets import Task, default_cache_dir, load_tasks
+from eval.datasets import Task, check_tasks, default_cache_dir, load_tasks
 from eval.files import safe_name, writable_folder
+from eval.provider_keys import known_missing_keys, missing_key_line
 from prompts import PromptBook, PromptError
 
 log = logging.getLogger("agents.plan")
@@ -85,6 +86,7 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     """Everything the run of ``config`` needs, checked. With ``dry`` (an
     `agents.llm.dry.DryModel`) the clients answer from it and nothing is contacted or
     created: no cache folder, no server asked for its template, no generations read."""
+    check_first(config)
     if config.llm is not None:
         if dry is None:  # before the model checks, which import litellm (seconds)
             check_servers(config)
@@ -165,6 +167,16 @@ def check_servers(config: RunConfig) -> None:
     for model, api_base in config.llm_targets():
         if api_base and not in_process(model):
             require_servers(api_base, named.get(api_base, "--api-base"))
+
+
+def check_first(config: RunConfig) -> None:
+    """The refusals decided from flags and the environment alone, before the checks that
+    import litellm (seconds): a common provider's key unset, a dataset no folder, no name and
+    no hub copy answers, offline."""
+    for model, api_base in config.llm_targets() if config.llm is not None else ():
+        if missing := known_missing_keys(model, api_base):
+            raise ValueError(missing_key_line(model, missing))
+    check_tasks(config.dataset, Path(config.cache_dir or default_cache_dir()).expanduser())
 
 
 def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:

@@ -37,12 +37,16 @@ Decisions worth knowing:
 import json
 import logging
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from eval.decimal_text import parse_int
 from eval.fingerprint import corpus_fingerprint
+from eval.quoting import quoted
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +139,7 @@ def id_problem(value: str) -> str | None:
         if char.isspace() or not char.isprintable():
             kind = "whitespace" if char.isspace() else "non-printable character"
             return (
-                f"id {value!r} contains {kind} {char!r} (U+{ord(char):04X}) "
+                f"id {quoted(value)} contains {kind} {char!r} (U+{ord(char):04X}) "
                 f"at position {position + 1}"
             )
     return None
@@ -234,7 +238,7 @@ def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     try:
         return obj[key]
     except KeyError:
-        present = ", ".join(repr(k) for k in list(obj)[:6]) or "none"
+        present = ", ".join(quoted(k) for k in list(obj)[:6]) or "none"
         raise DataError(f"{where}: missing field {key!r} (fields present: {present})") from None
 
 
@@ -269,10 +273,10 @@ def _as_grade(value: Any, key: str, where: str) -> int:
         grade = value
     elif isinstance(value, str):
         try:
-            grade = int(value)
+            grade = parse_int(value)  # as trec_eval's C reads it: no '1_0', no '١'
         except ValueError:
             raise DataError(
-                f"{where}: field {key!r}: expected an integer grade, got {value!r}"
+                f"{where}: field {key!r}: expected an integer grade, got {quoted(value)}"
             ) from None
     else:
         raise DataError(
@@ -288,7 +292,7 @@ def _as_grade(value: Any, key: str, where: str) -> int:
 def _examples(ids: list[str] | set[str]) -> str:
     shown = sorted(ids)[:_EXAMPLES]
     more = ", ..." if len(ids) > _EXAMPLES else ""
-    return "e.g. " + ", ".join(repr(i) for i in shown) + more
+    return "e.g. " + ", ".join(quoted(i) for i in shown) + more
 
 
 def _duplicate_note(path: Path, kind: str, dupes: set[str]) -> str:
@@ -574,55 +578,129 @@ def fetch_r2med(task: str, cache_dir: Path) -> Path:
     canonical = r2med_task_name(task)
     if canonical is None:
         raise _unknown_task(task)
+    cached = _hub_copy(canonical, cache_dir)
+    if cached is not None:  # no network: a pinned revision's files never change
+        return cached
+    why = hub_unreachable()
+    if why is not None:
+        raise _download_error(canonical, f"not in the hub cache {Path(cache_dir) / 'hf'}; {why}")
     # Imported here so that loading local folders never pays for huggingface_hub's import.
     from huggingface_hub import hf_hub_download
 
-    repo_id = f"R2MED/{canonical}"
     folder: Path | None = None
     for filename in R2MED_FILES:
         try:
             local = hf_hub_download(
-                repo_id,
+                f"R2MED/{canonical}",
                 filename,
                 repo_type="dataset",
                 revision=R2MED_REVISIONS[canonical],
                 cache_dir=Path(cache_dir) / "hf",
             )
         except Exception as err:  # offline, hub down, auth, missing file: all end the same way
-            raise DataError(
-                f"cannot download {repo_id} {filename} ({type(err).__name__}; offline?): "
-                f"put {', '.join(R2MED_FILES)} in a folder and pass --dataset <folder>"
-            ) from err
+            raise _download_error(canonical, type(err).__name__, filename) from err
         folder = Path(local).parent
     assert folder is not None
     return folder
 
 
+def _download_error(canonical: str, why: str, filename: str = "") -> DataError:
+    what = f"R2MED/{canonical} {filename}".rstrip()
+    return DataError(
+        f"cannot download {what} ({why}; offline?): "
+        f"put {', '.join(R2MED_FILES)} in a folder and pass --dataset <folder>"
+    )
+
+
+def _hub_copy(canonical: str, cache_dir: Path) -> Path | None:
+    """The task's folder in the local hub cache at its pinned revision, when it holds every
+    file; None otherwise. Reads the cache's layout only: no network."""
+    from huggingface_hub import try_to_load_from_cache  # light: the client loads on download
+
+    found = [
+        try_to_load_from_cache(
+            f"R2MED/{canonical}", filename, cache_dir=Path(cache_dir) / "hf",
+            revision=R2MED_REVISIONS[canonical], repo_type="dataset",
+        )
+        for filename in R2MED_FILES
+    ]  # fmt: skip
+    if all(isinstance(path, str) for path in found):
+        return Path(found[0]).parent
+    return None
+
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached now (offline mode, or its host does not
+    resolve or answer), else None. Asked before a download: offline, the hub client retries
+    each file five times (about 25 s) before it gives up. Behind a proxy the client's own
+    error says why, so the host is not probed."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return None
+    url = urlsplit(constants.ENDPOINT)
+    host = url.hostname or ""
+    port = url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"{host} cannot be reached: {err.strerror or type(err).__name__}"
+    return None
+
+
 def load_task(spec: str, cache_dir: Path) -> Task:
     """Load a task from a folder path or, failing that, an R2MED task name or ``demo``
     (case-insensitive)."""
+    source = _task_source(spec)
+    if isinstance(source, str):
+        return load_folder(fetch_r2med(source, cache_dir), name=source)
+    return load_folder(source, name="demo" if source == DEMO_DIR else None)
+
+
+def _task_source(spec: str) -> Path | str:
+    """The folder ``spec`` names, or the R2MED task (its canonical name) to fetch."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        return load_folder(path)
+        return path
     if spec.strip().lower() == "demo":
-        return load_folder(DEMO_DIR, name="demo")
+        return DEMO_DIR
     canonical = r2med_task_name(spec)
     if canonical is None:
         if path.exists():
             raise DataError(f"{path}: not a folder; {_EXPECTED_LAYOUTS}")
         raise _unknown_task(spec)
-    return load_folder(fetch_r2med(canonical, cache_dir), name=canonical)
+    return canonical
+
+
+def task_specs(spec: str) -> list[str]:
+    """The tasks ``spec`` names one by one: ``r2med`` is all eight, a comma (in a name that is
+    not a folder) separates tasks."""
+    if spec.strip().lower() == "r2med":
+        return list(R2MED_TASKS)
+    if "," in spec and not Path(spec).expanduser().is_dir():
+        return [one for part in spec.split(",") if part.strip() for one in task_specs(part.strip())]
+    return [spec]
 
 
 def load_tasks(spec: str, cache_dir: Path) -> list[Task]:
     """Like load_task, plus ``r2med`` for all eight tasks and comma-separated lists."""
-    if spec.strip().lower() == "r2med":
-        return [load_task(name, cache_dir) for name in R2MED_TASKS]
-    if "," in spec and not Path(spec).expanduser().is_dir():
-        return [
-            task
-            for part in spec.split(",")
-            if part.strip()
-            for task in load_tasks(part.strip(), cache_dir)
-        ]
-    return [load_task(spec, cache_dir)]
+    return [load_task(one, cache_dir) for one in task_specs(spec)]
+
+
+def check_tasks(spec: str, cache_dir: Path) -> None:
+    """Refuse at once, reading no task file, a ``spec`` `load_tasks` would refuse for want of
+    a folder, a name or the hub: each R2MED task it names is in the hub cache or the hub can
+    be reached. A command asks this before its heavy imports, so the line comes in a moment."""
+    unreachable: str | None = None
+    for one in task_specs(spec):
+        source = _task_source(one)
+        if isinstance(source, str) and _hub_copy(source, cache_dir) is None:
+            unreachable = unreachable or hub_unreachable()
+            if unreachable:
+                hub = Path(cache_dir) / "hf"
+                raise _download_error(source, f"not in the hub cache {hub}; {unreachable}")

@@ -21,6 +21,7 @@ from eval.api_keys import (
     provider_of,
 )
 from eval.litellm_setup import litellm
+from eval.provider_keys import missing_key_line
 
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
@@ -59,10 +60,7 @@ def check_credentials(model: str, api_base: str | None) -> None:
         return
     missing = missing_key_variables(model)
     if missing:
-        raise ValueError(
-            f"{model} needs an API key: set {' or '.join(missing)} "
-            "(or give --api-base for a server that needs none)"
-        )
+        raise ValueError(missing_key_line(model, missing))
 
 
 def is_auth_error(exc: BaseException) -> bool:
