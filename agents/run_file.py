@@ -16,8 +16,10 @@ then ordered as trec_eval orders them: score descending, ties by doc id descendi
 as trec_eval ignores it), or doc id ascending with ``--ties ascending``, and the first
 ``--depth`` are kept (`eval.evaluate.top_k`). ``--order file`` keeps them as the file lists
 them instead, as ReasonRank's loader does (``run_rank_llm.py`` L213-232): where scores tie,
-which passages share a window follows the file's lines. Its first stage is still scored in
-trec_eval's order.
+which passages share a window follows the file's lines, and the first stage is scored in that
+same order: where a score is not below the one listed before it (in float32, trec_eval's
+precision), it is set to the next float32 below that one (`as_listed`), so every evaluator,
+trec_eval's tie rule included, ranks the documents as the rerank read them.
 
 A query the run answers but the file has no line for is missing from the first stage, as it is
 to trec_eval and to ``eval.score`` on the same file: it gets no record, no stage reranks it, and
@@ -31,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from eval.datasets import DataError, Task
 from eval.evaluate import TieOrder, strictly_decreasing, top_k
@@ -54,6 +58,8 @@ class RunFileLists:
     repeated: list[int]  # lines that repeated a (qid, docid) pair (duplicates "max")
     depth: int | None
     ties: TieOrder
+    order: str = "score"  # "file": as the file lists them (`as_listed`)
+    adjusted: int = 0  # scores set just below the one before them to keep the file's order
 
 
 def read_run_file(
@@ -82,8 +88,12 @@ def read_run_file(
             f"{path}: ranks none of the {len(queries)} queries of task {task.name} this run "
             "answers" + ("" if read.run else " (an empty run file)")
         )
+    adjusted = 0
     if order == "file":  # the first `depth` as listed (a pair listed twice: its first place)
-        ordered = {q: dict(list(docs.items())[:depth]) for q, docs in answered.items()}
+        ordered = {}
+        for q, docs in answered.items():
+            ordered[q], moved = as_listed(dict(list(docs.items())[:depth]))
+            adjusted += moved
     elif depth is None:
         ordered = strictly_decreasing(answered, ties)
     else:
@@ -97,7 +107,28 @@ def read_run_file(
         repeated=read.repeated,
         depth=depth,
         ties=ties,
+        order=order,
+        adjusted=adjusted,
     )
+
+
+def as_listed(docs: Mapping[str, float]) -> tuple[dict[str, float], int]:
+    """``docs`` in their order with scores strictly decreasing in float32 (what trec_eval
+    compares), and how many were changed: a score not below the one before it becomes the
+    next float32 below that one, the smallest change that keeps the listed order under any
+    tie rule. A list already strictly decreasing keeps every score."""
+    out: dict[str, float] = {}
+    previous: np.float32 | None = None
+    moved = 0
+    for doc_id, score in docs.items():
+        seen = np.float32(score)
+        if previous is not None and seen >= previous:
+            seen = np.nextafter(previous, np.float32(-np.inf))
+            score = float(seen)
+            moved += 1
+        out[doc_id] = score
+        previous = seen
+    return out, moved
 
 
 def missing_line(lists: RunFileLists, task: str, queries: int, missing: str) -> str | None:
@@ -130,6 +161,14 @@ def first_stage_records(lists: RunFileLists, queries: Mapping[str, str]) -> list
     the order of ``queries``; its one step says where the list came from."""
     kept = "all kept" if lists.depth is None else f"the first {lists.depth} kept"
     order = "trec_eval's order" if lists.ties == "trec" else "ties by doc id ascending"
+    how = f"by score ({order})"
+    if lists.order == "file":
+        how = "as the file lists them"
+        if lists.adjusted:
+            how += (
+                f" ({lists.adjusted} scores of the task set just below the one before them, so "
+                "that they are scored in that order)"
+            )
     return [
         QueryRecord(
             query_id=q,
@@ -140,7 +179,7 @@ def first_stage_records(lists: RunFileLists, queries: Mapping[str, str]) -> list
                 {
                     "node": NODE,
                     "note": f"{lists.lengths[q]} documents read from {lists.path} (sha256 "
-                    f"{lists.sha256[:12]}), by score ({order}), {kept}",
+                    f"{lists.sha256[:12]}), {how}, {kept}",
                 }
             ],
         ).to_dict()

@@ -23,8 +23,10 @@ from collections.abc import Callable
 from types import FrameType
 
 from eval.files import describe_os_error
+from eval.quoting import clipped
 
 EXIT_REFUSED = 2
+MAX_LINE = 500  # characters of an error line, after "error: "
 EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130, what a shell reports for a Ctrl-C'ed program
 EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, what a shell reports for a SIGTERM'ed program
 INTERRUPTED = "interrupted: every file written so far is kept whole"
@@ -33,8 +35,11 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG})
 
 
 def error(message: str) -> int:
-    """Print one ``error:`` line on stderr; the refusal's exit status."""
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    """Print one ``error:`` line on stderr; the refusal's exit status. The line is one line
+    and at most `MAX_LINE` characters whatever it quotes (a megabyte id from a file): its
+    start, which names the file, line and field, is always kept."""
+    line = " ".join(str(message).splitlines()) or "(no message)"
+    print(f"error: {clipped(line, MAX_LINE)}", file=sys.stderr, flush=True)
     return EXIT_REFUSED
 
 

@@ -16,7 +16,8 @@ FAMILIES: tuple[str, ...] = (*CUT_FAMILIES, "MRR")
 DEFAULT_K_VALUES: tuple[int, ...] = (1, 10, 25, 50, 100)
 HEADLINE = "NDCG@10"  # R2MED's headline metric: reported first, compared by default
 
-_NAME = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(\d+)|MRR")
+# ASCII digits, no leading zero: "NDCG@010" or "NDCG@١٠" would name no metric evaluate makes
+_NAME = re.compile(r"(NDCG|MAP|Recall|P|MRR)@(0|[1-9][0-9]*)|MRR")
 
 
 def parse_metric(name: str) -> tuple[str, int | None]:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from eval.json_lines import decoded, raw_lines
+from eval.quoting import quoted
 
 
 @dataclass(frozen=True)
@@ -104,17 +108,82 @@ def unpack_record(record: Any) -> Any:
 
 def iter_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(query id, record) of each line of a ``queries.jsonl``, in file order, streamed (traces
-    can be large); a torn line is skipped. A later line of the same query replaces an earlier."""
+    can be large); a torn line is skipped. A later line of the same query replaces an earlier.
+
+    A torn line (a crash cut it short; the runner ends it before appending) is not JSON, or
+    ends inside a character: that query simply runs again. Any other line that is not a
+    record is refused in one line naming the file, the line and the field (`record_problem`):
+    a bad byte inside a line, or a line of JSON that is no record of a query.
+    """
     if not path.exists():
         return
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = unpack_record(json.loads(line))
-            except (json.JSONDecodeError, IndexError, TypeError):
-                continue  # a line cut short by a crash: that query simply runs again
-            if isinstance(record, dict) and isinstance(record.get("query_id"), str):
-                yield record["query_id"], record
+    for number, raw in raw_lines(path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            if e.end == len(raw) and e.reason == "unexpected end of data":
+                continue  # torn inside a character
+            decoded(path, number, raw)  # raises, naming the line and the byte
+            raise
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            continue  # torn
+        try:
+            record = unpack_record(value)
+        except (IndexError, KeyError, TypeError):
+            raise ValueError(
+                f"{path} line {number}: a repeated text refers to no text before it"
+            ) from None
+        if problem := record_problem(record):
+            raise ValueError(f"{path} line {number}: {problem}")
+        yield record["query_id"], record
+
+
+def record_problem(record: Any) -> str | None:
+    """What makes ``record`` (a line's value) no query record: ``field 'x': what``; None if
+    it is one. Only the fields readers use are checked; a key this version does not know is
+    left alone."""
+    if not isinstance(record, dict):
+        return f"not a query record (a JSON object), got {quoted(record)}"
+    query_id = record.get("query_id")
+    if not isinstance(query_id, str) or not query_id:
+        return f"field 'query_id': expected a query id, got {quoted(query_id)}"
+    for name, kinds in _FIELD_TYPES.items():
+        if name in record and not isinstance(record[name], kinds):
+            return f"field {name!r}: expected {_NOUNS[name]}, got {quoted(record[name])}"
+    for i, pair in enumerate(record.get("ranking") or []):
+        ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+        score = pair[1] if ok else None
+        if not (
+            ok
+            and isinstance(score, int | float)
+            and not isinstance(score, bool)
+            and math.isfinite(score)
+        ):
+            return (
+                f"field 'ranking': entry {i + 1}: expected [doc id, finite score], got "
+                f"{quoted(pair)}"
+            )
+    return None
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "query": str,
+    "ranking": list,
+    "generated": dict,
+    "usage": (dict, type(None)),
+    "error": (str, type(None)),
+    "steps": list,
+}
+_NOUNS = {
+    "query": "the query's text",
+    "ranking": "a list of [doc id, score]",
+    "generated": "an object",
+    "usage": "an object or null",
+    "error": "text or null",
+    "steps": "a list",
+}
 
 
 def read_records(path: Path, fields: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from eval.files import describe_os_error, safe_name, write_json, write_text
+from eval.json_lines import JsonFileError, decoded, parsed, raw_lines, read_json
+from eval.quoting import quoted
 from eval.records import iter_records, read_records
 from eval.task_summary import AGENT_STAGE, TaskSummary
 
@@ -122,20 +125,33 @@ class StageFolder(_Folder):
         if not path.is_file():
             return {}
         rows: dict[str, dict[str, float]] = {}
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for number, raw in raw_lines(path):
+            line = decoded(path, number, raw)
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-                query_id = str(row.pop("query_id"))
-            except (json.JSONDecodeError, AttributeError, KeyError, TypeError):
-                raise ValueError(f"{path}, line {number}: not a per-query row") from None
-            rows[query_id] = row
+            rows.update([_per_query_row(path, number, parsed(path, number, line))])
         return rows
 
     def write_per_query(self, per_query: Mapping[str, Mapping[str, float]]) -> None:
         """Write the stage's per-query metrics (e.g. ``Evaluation.per_query``)."""
         write_text(self.per_query_path, per_query_text(per_query))
+
+
+def _per_query_row(path: Path, number: int, row: Any) -> tuple[str, dict[str, float]]:
+    """A per_query.jsonl line's (query id, {metric: value}); ValueError naming the field."""
+    where = f"{path} line {number}"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: not a per-query row (a JSON object), got {quoted(row)}")
+    query_id = row.pop("query_id", None)
+    if not isinstance(query_id, str) or not query_id:
+        raise ValueError(f"{where}: field 'query_id': expected a query id, got {quoted(query_id)}")
+    for metric, value in row.items():
+        number_ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number_ok or not math.isfinite(value):
+            raise ValueError(
+                f"{where}: field {quoted(metric)}: expected a finite number, got {quoted(value)}"
+            )
+    return query_id, row
 
 
 def per_query_text(per_query: Mapping[str, Mapping[str, float]]) -> str:
@@ -377,11 +393,11 @@ class RunQrels:
 
 def _read_object(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = read_json(path)
     except FileNotFoundError:
         raise
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: damaged, cannot be read ({type(e).__name__})") from None
+    except JsonFileError as e:
+        raise ValueError(f"{e.where}: damaged, {e.problem}") from None
     except OSError as e:
         raise ValueError(f"{path}: cannot be read ({describe_os_error(e)})") from None
     if not isinstance(value, dict):

@@ -23,7 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.cli import command
-from eval.datasets import DataError, load_folder, read_qrels
+from eval.datasets import (
+    R2MED_TASKS,
+    DataError,
+    default_cache_dir,
+    load_folder,
+    load_task,
+    r2med_task_name,
+    read_qrels,
+)
 from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
 from eval.metrics import HEADLINE, k_values_of, parse_metrics
 from eval.trec import read_run
@@ -38,8 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--qrels",
         required=True,
-        help="TREC qrels, R2MED .jsonl, BEIR .tsv, or a dataset folder (its qrels as agents.run "
-        "scores them)",
+        help="TREC qrels, R2MED .jsonl, BEIR .tsv, a dataset folder (its qrels as agents.run "
+        "scores them), or a task name as --dataset takes it (demo, an R2MED task)",
     )
     parser.add_argument("runs", nargs="+", help="TREC run files")
     parser.add_argument(
@@ -53,6 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--metrics",
         default=",".join(DEFAULT_METRICS),
         help=f"comma-separated (default {','.join(DEFAULT_METRICS)})",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="an R2MED task's files (as agents.run's)",
     )
     parser.add_argument(
         "--ties",
@@ -70,7 +84,7 @@ def _score(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise ValueError(f"--metrics: {e}") from None
     k_values = k_values_of(metrics)
-    qrels, notes = _qrels(args.qrels)  # every input read before anything is printed
+    qrels, notes = _qrels(args.qrels, args.cache_dir)  # all read before anything is printed
     runs = {path: _run(path) for path in args.runs}
     rows = []
     for path, run in runs.items():
@@ -83,12 +97,26 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
-def _qrels(spec: str) -> tuple[dict[str, dict[str, int]], list[str]]:
-    """A qrels file, or a dataset folder's qrels as the loader leaves them for a run."""
-    if Path(spec).is_dir():
-        task = load_folder(spec)
+def _qrels(spec: str, cache_dir: Path | None) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """A qrels file, or a dataset folder's or a task's qrels as the loader leaves them for a
+    run (a task name as `eval.datasets.load_task` resolves it: demo, an R2MED task)."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        task = load_folder(path)
         return task.qrels, [f"{spec}: {note}" for note in task.notes]
-    return read_qrels(spec)
+    if path.is_file():
+        return read_qrels(path)
+    if spec.strip().lower() == "r2med" or "," in spec:
+        raise DataError(f"--qrels {spec}: one task's qrels at a time (a file, folder or task)")
+    if path.exists():  # not a file or folder (a device, a socket): the reader says why
+        return read_qrels(path)
+    if spec.strip().lower() != "demo" and r2med_task_name(spec) is None:
+        raise DataError(
+            f"--qrels {spec}: no such file or folder, and not a task name (demo or an R2MED "
+            f"task: {', '.join(R2MED_TASKS)})"
+        )
+    task = load_task(spec, cache_dir if cache_dir is not None else default_cache_dir())
+    return task.qrels, [f"{task.name}: {note}" for note in task.notes]
 
 
 def _run(path: str) -> dict[str, dict[str, float]]:

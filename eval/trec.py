@@ -19,7 +19,6 @@ with ``eval.evaluate.strictly_decreasing`` or ``top_k``, which implement that ru
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 from collections.abc import Container, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,8 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.datasets import id_problem
+from eval.decimal_text import parse_float, parse_int
 from eval.evaluate import Run, TieOrder, strictly_decreasing
 from eval.files import write_text
+from eval.quoting import quoted
 
 PathLike = str | os.PathLike[str]
 
@@ -151,21 +152,25 @@ def _parse_run(
         _id(path, line_no, "qid", qid)
         _id(path, line_no, "docid", doc_id)
         if queries is not None and qid not in queries:
-            raise TrecFormatError(path, line_no, "qid", f"{qid!r} is not a query of task {task}")
+            raise TrecFormatError(
+                path, line_no, "qid", f"{quoted(qid)} is not a query of task {task}"
+            )
         if docs is not None and doc_id not in docs:
             raise TrecFormatError(
-                path, line_no, "docid", f"{doc_id!r} is not in the corpus of task {task}"
+                path, line_no, "docid", f"{quoted(doc_id)} is not in the corpus of task {task}"
             )
         try:
-            int(rank)
+            parse_int(rank)
         except ValueError:
-            raise TrecFormatError(path, line_no, "rank", f"not an integer: {rank!r}") from None
+            raise TrecFormatError(
+                path, line_no, "rank", f"not an integer: {quoted(rank)}"
+            ) from None
         score = _float(path, line_no, "score", score_text)
         docs_of_query = run.setdefault(qid, {})
         if doc_id in docs_of_query:
             if repeated is None:
                 raise RepeatedPairError(
-                    path, line_no, "docid", f"{doc_id!r} listed twice for query {qid!r}"
+                    path, line_no, "docid", f"{quoted(doc_id)} listed twice for query {quoted(qid)}"
                 )
             repeated.append(line_no)
             score = max(score, docs_of_query[doc_id])
@@ -199,16 +204,16 @@ def _lines(path: PathLike, names: tuple[str, ...], data: bytes) -> Iterator[tupl
 
 
 def _float(path: PathLike, line_no: int, field: str, text: str) -> float:
+    """A score as trec_eval's C reads it (`eval.decimal_text`: ASCII decimals only), finite
+    in float32, trec_eval's score type."""
     try:
-        value = float(text)
-    except ValueError:
-        raise TrecFormatError(path, line_no, field, f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise TrecFormatError(path, line_no, field, f"not a finite number: {text!r}")
+        value = parse_float(text)
+    except ValueError as e:
+        raise TrecFormatError(path, line_no, field, f"{e}, got {quoted(text)}") from None
     with np.errstate(over="ignore"):
         if not np.isfinite(np.float32(value)):
             raise TrecFormatError(
-                path, line_no, field, f"{text!r} overflows float32, trec_eval's score type"
+                path, line_no, field, f"{quoted(text)} overflows float32, trec_eval's score type"
             )
     return value
 

@@ -397,8 +397,8 @@ def test_damaged_files_are_named_or_noted(runs, tmp_path):
 
     with open(damaged / task / "per_query.jsonl", "a") as f:
         f.write('{"query_id": "q"\n')  # the scores themselves: refused, naming file and line
-    with pytest.raises(CompareError, match=r"per_query.jsonl, line 301: not a per-query row"):
+    with pytest.raises(CompareError, match=r"per_query.jsonl line 301: not valid JSON"):
         compare_runs([runs["bm25q"], damaged])
     (damaged / "config.json").write_text("{")
-    with pytest.raises(CompareError, match=r"config.json: damaged, cannot be read"):
+    with pytest.raises(CompareError, match=r"config.json line 1: damaged, not valid JSON"):
         compare_runs([damaged])

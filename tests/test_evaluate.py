@@ -271,7 +271,10 @@ def test_bad_run_line_message(tmp_path, monkeypatch):
     (tmp_path / "run.trec").write_text(good + "\nq1 Q0 d2 2 1.0 t\nq1 Q0 d3 3 abc t\n")
     with pytest.raises(TrecFormatError) as err:
         read_run("run.trec")
-    assert str(err.value) == "run.trec line 4: field 'score': not a number: 'abc'"
+    assert str(err.value) == (
+        "run.trec line 4: field 'score': expected a number (ASCII digits, '.', an exponent), "
+        "got 'abc'"
+    )
     assert isinstance(err.value, ValueError) and err.value.line_no == 4
 
     (tmp_path / "short.trec").write_text("q1 Q0 d1 1 1.5\n")

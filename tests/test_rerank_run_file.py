@@ -190,7 +190,8 @@ def test_a_run_file_reranks_as_the_run_folder_it_was_written_from(
     "line_no, text, field, problem",
     [
         (3, "q2 Q0 d7 1 1.2", "tag", "expected 6 columns (qid Q0 docid rank score tag), got 5"),
-        (3, "q2 Q0 d7 1 high run", "score", "not a number: 'high'"),
+        (3, "q2 Q0 d7 1 high run", "score", "expected a number (ASCII digits, '.', an "
+         "exponent), got 'high'"),
         (3, "q2 Q0 d99 1 1.2 run", "docid", "'d99' is not in the corpus of task cases"),
         (3, "q9 Q0 d7 1 1.2 run", "qid", "'q9' is not a query of task cases"),
         (4, "q2 Q0 d7 2 1.1 run", "docid",
@@ -335,9 +336,15 @@ def test_order_file_keeps_the_files_lines_as_reasonranks_loader_does(
     }  # fmt: skip
     windows = read_records(task / STAGE_FOLDER / "queries.jsonl")["q2"]["steps"]
     assert windows[0]["doc_ids"] == ["d7", "d5"]  # the bottom two lines, as listed
-    # the first stage itself is scored in trec_eval's order either way
+    # the first stage is scored in the order the rerank read: the file's lines (the tied
+    # and the out-of-order scores set just below the one before them), not trec_eval's
     lines, scores = summary(tmp_path / "runs" / "lines"), summary(tmp_path / "runs" / "scores")
-    assert lines["stages"]["agent"] == scores["stages"]["agent"]
+    qrels = load_folder(task_dir).qrels
+    as_listed = {"q1": {"d1": 3.0, "d2": 2.0, "d6": 1.0}, "q2": {"d3": 3.0, "d7": 2.0, "d5": 1.0}}
+    assert lines["stages"]["agent"] == evaluate(qrels, as_listed).mean
+    assert scores["stages"]["agent"] == evaluate(qrels, read_run(trec)).mean
+    assert lines["stages"]["agent"]["NDCG@10"] != scores["stages"]["agent"]["NDCG@10"]
+    assert "as the file lists them (4 scores of the task set just below" in json.dumps(first)
     config = json.loads((tmp_path / "runs" / "lines" / "config.json").read_text())
     assert config["run_file_order"] == "file"
     capsys.readouterr()

@@ -96,7 +96,8 @@ def test_every_command_refuses_the_same_metric_names(tmp_path: Path, qrels: Path
     expected = message if bad else "no metrics in ','"
     assert capsys.readouterr().err == f"error: --metrics: {expected}\n"
     assert compare_main([str(tmp_path), "--metric", bad, "--out", str(tmp_path / "c")]) == 2
-    assert capsys.readouterr().err == f"error: {message}\n"
+    assert capsys.readouterr().err == f"error: --metric: {message}\n"
+    assert not (tmp_path / "c").exists()  # refused before anything is read or made
 
 
 def test_unreadable_inputs_name_the_path(tmp_path: Path, qrels: Path, capsys) -> None:

@@ -18,6 +18,7 @@ from eval.compare.markdown import comparison_markdown
 from eval.compare.output import write_comparison
 from eval.compare.published import resolve_references
 from eval.files import writable_folder
+from eval.metrics import parse_metric
 from eval.significance import TESTS
 
 
@@ -69,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    references = resolve_references(args.reference)  # refused before --out is made
+    try:  # refused before a run folder is read or --out is made
+        parse_metric(args.metric)
+    except ValueError as e:
+        raise ValueError(f"--metric: {e}") from None
+    references = resolve_references(args.reference)
     writable_folder(out, "--out")
     comparison = compare_runs(
         args.runs,
