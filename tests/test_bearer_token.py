@@ -71,3 +71,16 @@ def test_a_short_token_is_too_weak_off_loopback(token):
 
 def test_a_token_of_min_length_is_strong_enough():
     check_strong("x" * MIN_LENGTH, VARIABLE, "0.0.0.0")
+
+
+@pytest.mark.parametrize("token", ["", " ", "tok\n", "tök-0123456789abcdef"])
+def test_a_token_given_to_the_server_in_code_follows_the_same_rule(token):
+    from retrievers.serve.guard import GuardSettings
+
+    with pytest.raises(TokenError) as refused:
+        GuardSettings(token=token, token_env=VARIABLE)
+    problem = "holds a character that is not ASCII" if "ö" in token else "holds only whitespace"
+    problem = "starts or ends with whitespace (a line end read from a file?)" if "\n" in token \
+        else problem  # fmt: skip
+    assert str(refused.value) == (f"the server's token (${VARIABLE}) {problem}: a bearer token is "
+                                  "printable ASCII with no space or line end")  # fmt: skip

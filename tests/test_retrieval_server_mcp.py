@@ -130,7 +130,8 @@ def over_http(local: Local, tmp_path_factory) -> Seen:
     log = tmp_path_factory.mktemp("mcp-http") / "stderr.txt"
     cmd = [sys.executable, *server_args(local, "--transport", "http", "--port", "0")]
     with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, "R2MED_SERVE_TOKEN": ""})  # fmt: skip
     try:
         url = _announced_url(proc, log)
         yield asyncio.run(session(url, local.queries()))

@@ -11,8 +11,9 @@ stops cleanly on SIGTERM or Ctrl-C.
 
 Every limit a client could push past is a flag with a default (docs/serving.md, "Limits and
 refusals"); a bearer token, when $R2MED_SERVE_TOKEN (or the variable --token-env names) is set,
-is required on every endpoint; an address other than loopback is refused without one unless
---allow-unauthenticated.
+is required on every endpoint, MCP over HTTP's included; an address other than loopback is
+refused without one unless --allow-unauthenticated, and with one shorter than 16 characters
+(`retrievers.bearer_token`: the rule the server and `remote:` share).
 """
 
 from __future__ import annotations
@@ -124,7 +125,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=SERVE_TOKEN_VARIABLE,
         metavar="NAME",
         help=f"the environment variable holding the bearer token clients must send "
-        f"(default: {SERVE_TOKEN_VARIABLE}; unset or empty: no token)",
+        f"(default: {SERVE_TOKEN_VARIABLE}; unset or empty: no token; printable ASCII with no "
+        "space or line end, and 16 characters or more off loopback)",
     )
     p.add_argument(
         "--allow-unauthenticated",

@@ -29,6 +29,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from retrievers.bearer_token import RULE, TokenError, fault
 from retrievers.serve.limits import MAX_BODY_BYTES, READ_TIMEOUT_S, SERVE_TOKEN_VARIABLE
 
 Scope = dict[str, Any]
@@ -45,6 +46,14 @@ class GuardSettings:
     read_timeout: float = READ_TIMEOUT_S
     token: str | None = None  # None: no authentication
     token_env: str = SERVE_TOKEN_VARIABLE
+
+    def __post_init__(self) -> None:
+        # a token given in code follows the environment's rule: one no header can carry
+        # would refuse every client
+        problem = fault(self.token) if self.token is not None else None
+        if problem is not None:
+            raise TokenError(f"the server's token (${self.token_env}) {problem}: a bearer "
+                             f"token is {RULE}")  # fmt: skip
 
 
 class Guard:
