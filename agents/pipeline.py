@@ -319,7 +319,7 @@ async def run_task(
         log.info("%s: already finished, reading %s", task.name, folder.summary_path)
         return TaskResult(task.name, out.name, summary)
     folder.write_info({"task": task.name, "path": str(task.path),
-                       "fingerprint": fingerprint})  # fmt: skip
+                       "fingerprint": fingerprint, "binding": binding(config)})  # fmt: skip
     started = time.perf_counter()
     qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
     concurrency = config.llm.concurrency if config.llm else 4

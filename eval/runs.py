@@ -198,7 +198,34 @@ class TaskFolder(StageFolder):
             return None
 
     def write_info(self, info: Mapping[str, Any]) -> None:
+        """Write ``task.json``: the data the task ran on and, under ``"binding"``, the part of
+        the run's config.json its output depends on (`binding_problem` checks it)."""
         write_json(self.info_path, dict(info))
+
+    def binding_problem(self, config: Mapping[str, Any], config_path: Path) -> str | None:
+        """Why this task folder was not made under ``config`` (its run's config.json, at
+        ``config_path``), in one line; None when it was, or when its task.json records no
+        binding (a folder written before task.json held one).
+
+        Every setting the task's ``task.json`` records under ``"binding"`` must have the
+        same value in config.json: a task folder copied in from another run has another.
+        """
+        info = self.info()
+        bound = info.get("binding") if info is not None else None
+        if not isinstance(bound, Mapping):
+            return None
+        made, given = _flat(bound), _flat(config)
+        differ = [path for path, value in made.items() if given.get(path, _ABSENT) != value]
+        if not differ:
+            return None
+        shown = ", ".join(
+            f"{p} {quoted(made[p], 40)} here, {quoted(given.get(p), 40)} there" for p in differ[:3]
+        )
+        more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+        return (
+            f"{self.info_path}: this task folder was made under another config than "
+            f"{config_path} ({shown}{more}): a task folder from another run?"
+        )
 
     def summary(self) -> TaskSummary | None:
         """The task's ``metrics.json``; None when absent or damaged (it is derived, so the
@@ -386,6 +413,21 @@ class RunQrels:
         if task not in self._loaded[spec]:
             raise QrelsError(f"dataset {spec!r} has no task {task!r} (run {run_dir})")
         return self._loaded[spec][task]
+
+
+_ABSENT = object()
+
+
+def _flat(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """JSON data by dotted path (``retriever.bm25.method``); a list or an empty mapping is
+    one value."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 # ---- reading JSON files ---------------------------------------------------------------------

@@ -36,6 +36,8 @@ def load_run(path: Path | str) -> RunData:
     tasks = {}
     try:
         for task in folder.tasks():
+            if problem := task.binding_problem(config, folder.config_path):
+                raise CompareError(problem)
             chain = task.stage_chain()
             final = chain[-1]
             per_query = final.per_query()
