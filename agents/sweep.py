@@ -67,6 +67,7 @@ RUN_FILE_KEYS = ("file", "dataset")  # a run_files entry's required keys
 ENTRY_KEYS = {*RUN_FILE_KEYS, "duplicates", "order"}
 COMPARE_KEYS = {"metric", "baseline", "test"}
 MAX_LISTED = 12  # cell names an error lists
+CELL_AXES = ("dataset", "agent", "retriever", "model", "prompt", "rerank")  # as --list shows
 
 
 class SweepError(ValueError):
@@ -78,6 +79,8 @@ class Cell:
     name: str
     dataset: str
     config: RunConfig
+    # what the grid set for it, axis -> value ("-": an axis the cell does not have)
+    axes: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -109,8 +112,10 @@ class Sweep:
 
 
 def load_sweep(path: Path | str) -> Sweep:
-    """Read and check a sweep config; raises SweepError naming the file and the bad key."""
-    from agents.llm import check_model
+    """Read and check a sweep config; raises SweepError naming the file and the bad key.
+
+    The file's own mistakes are found first; the models last, since asking litellm whether it
+    knows one imports it (seconds)."""
     from prompts import PromptError, parse_prompt_overrides
     from retrievers.config import RetrieverConfig
 
@@ -154,11 +159,6 @@ def load_sweep(path: Path | str) -> Sweep:
         except ValueError as e:
             raise fail("retrievers", str(e)) from None
     models = strings("models", [DEFAULT_MODEL])
-    for m in models:
-        try:
-            check_model(m)
-        except ValueError as e:
-            raise fail("models", str(e)) from None
     # A dataset that is a folder beside the config is found from anywhere; names stay names.
     datasets = [_dataset(base, d) for d in strings("datasets", ["demo"])]
     try:
@@ -242,6 +242,14 @@ def load_sweep(path: Path | str) -> Sweep:
             _check_compare_value(key, value)
         except ValueError as e:
             raise fail(f"compare.{key}", str(e)) from None
+
+    from agents.llm import check_model
+
+    for m in models:
+        try:
+            check_model(m)
+        except ValueError as e:
+            raise fail("models", str(e)) from None
 
     output = raw.get("output", path.stem)
     cache_dir = raw.get("cache_dir")
@@ -411,7 +419,10 @@ def _grid(sweep: Sweep) -> _Grid:
                 seen[key] = name
                 grid.setups[name] = setup
                 config = dataclasses.replace(config, run_name=name)
-                grid.cells.append(Cell(name, dataset, config))
+                axes = {"dataset": dataset, "agent": agent, "retriever": retriever,
+                        "model": model or "-", "prompt": variant if model else "-",
+                        "rerank": " > ".join(chain) or "none"}  # fmt: skip
+                grid.cells.append(Cell(name, dataset, config, axes))
     for run_file in sweep.run_files:
         for chain in sweep.reranks:
             _add_run_file_cells(grid, sweep, run_file, chain)
@@ -466,7 +477,10 @@ def _add_run_file_cells(grid: _Grid, sweep: Sweep, run_file: RunFile, chain: lis
             grid.keys[key] = name
             grid.setups[name] = setup
             config = dataclasses.replace(config, run_name=name)
-            grid.cells.append(Cell(name, run_file.dataset, config))
+            axes = {"dataset": run_file.dataset, "agent": f"run file {Path(run_file.file).name}",
+                    "retriever": "-", "model": model or "-", "prompt": variant if model else "-",
+                    "rerank": " > ".join(chain) or "none"}  # fmt: skip
+            grid.cells.append(Cell(name, run_file.dataset, config, axes))
 
 
 def _reads(entry: str, key: str, helpers: bool = False) -> bool:
@@ -505,6 +519,43 @@ def _check_compare_value(key: str, value: Any) -> None:
 def _takes(stage_text: str, key: str) -> bool:
     """Whether the stage of a --rerank spec has the option a stage-wide setting fills."""
     return takes_wide(stage_kind(stage_text), STAGE_WIDE[key])
+
+
+def list_cells(sweep: Sweep) -> str:
+    """The grid as text: one line per cell, its run folder's name and the values of the axes
+    that differ between cells, then the duplicates run once. Runs nothing, loads no data."""
+    grid, notes = cells(sweep)
+    axes = [a for a in CELL_AXES if len({c.axes.get(a, "-") for c in grid}) > 1]
+    width = max(len(c.name) for c in grid)
+    lines = [
+        f"{sweep.path}: {len(grid)} cells in {sweep.output / 'runs'}"
+        + (f", differing in {', '.join(axes)}" if axes else "")
+    ]
+    for cell in grid:
+        differs = "  ".join(f"{a}={cell.axes.get(a, '-')}" for a in axes)
+        lines.append(f"  {cell.name:<{width}}  {differs}".rstrip())
+    return "\n".join(lines + notes)
+
+
+def dry_run(sweep: Sweep) -> int:
+    """Each cell's dry run (`agents.dry_run`): its LLM calls, tokens and cost estimated,
+    nothing written, no model called. 0 when every cell could be estimated, else 2."""
+    from agents.dry_run import estimate, format_estimate
+
+    grid, notes = cells(sweep)
+    for note in notes:
+        print(note)
+    quiet = bool(sweep.options.get("quiet"))
+    status = []
+    for i, cell in enumerate(grid, 1):
+        print(f"[{i}/{len(grid)}] {cell.name}", flush=True)
+
+        def one(config: RunConfig = cell.config) -> int:
+            print(format_estimate(estimate(config, progress=not quiet)), flush=True)
+            return 0
+
+        status.append(refused(one, prefix=f"{cell.name}: "))
+    return max(status, default=0)
 
 
 def run_sweep(sweep: Sweep) -> int:
@@ -584,9 +635,28 @@ def main(argv: list[str] | None = None) -> int:
         description="Run a grid of agents.run configurations from a TOML file and compare them.",
     )
     p.add_argument("config", type=Path, help="the sweep's TOML file (see docs/sweep-example.toml)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument(
+        "--list",
+        action="store_true",
+        help="print each cell (its run folder, what differs); run none",
+    )
+    what.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="estimate each cell's LLM calls, tokens and cost; call no model, write nothing",
+    )
     args = p.parse_args(argv)
     setup_logging()
-    return command(lambda: run_sweep(load_sweep(args.config)))
+
+    def body() -> int:
+        sweep = load_sweep(args.config)
+        if args.list:
+            print(list_cells(sweep))
+            return 0
+        return dry_run(sweep) if args.dry_run else run_sweep(sweep)
+
+    return command(body, resumable=not (args.list or args.dry_run))
 
 
 if __name__ == "__main__":

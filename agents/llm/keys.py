@@ -11,6 +11,7 @@ environment as litellm expects (OPENAI_API_KEY, ...) and are never part of a mes
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.secrets import is_credential_name
@@ -20,8 +21,15 @@ from eval.api_keys import (
     missing_key_variables,
     provider_of,
 )
-from eval.litellm_setup import litellm
 from eval.provider_keys import missing_key_line
+
+
+def _litellm() -> Any:
+    # on first use: importing litellm takes seconds, and a local model's checks need none of it
+    from eval.litellm_setup import litellm
+
+    return litellm
+
 
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
@@ -56,7 +64,7 @@ def check_credentials(model: str, api_base: str | None) -> None:
     A server given by `api_base` is assumed to need none (a placeholder is sent), so only a
     provider's own endpoint is checked. Local and scripted providers need none.
     """
-    if api_base:
+    if api_base or is_local(model):
         return
     missing = missing_key_variables(model)
     if missing:
@@ -65,7 +73,7 @@ def check_credentials(model: str, api_base: str | None) -> None:
 
 def is_auth_error(exc: BaseException) -> bool:
     """A missing or rejected key, however litellm reports it."""
-    if isinstance(exc, litellm.AuthenticationError):
+    if isinstance(exc, _litellm().AuthenticationError):
         return True
     text = str(exc)
     return any(message in text for message in _MISSING_KEY_MESSAGES)
@@ -74,7 +82,7 @@ def is_auth_error(exc: BaseException) -> bool:
 def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -> str:
     """One line for an auth failure, without the provider's text (it may quote the key)."""
     status = getattr(exc, "status_code", None)
-    if not isinstance(exc, litellm.AuthenticationError):
+    if not isinstance(exc, _litellm().AuthenticationError):
         why = "no API key"
     elif sent_placeholder:
         why = f"{status}: the server wants an API key"
@@ -97,6 +105,7 @@ def check_model(model: str) -> None:
             )
         return
     provider = model.partition("/")[0]
+    litellm = _litellm()
     if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
         return
     try:
