@@ -116,7 +116,8 @@ def test_every_route_of_mcp_over_http_wants_the_token(indexes):
     settings = GuardSettings(token=TOKEN, token_env="MY_TOKEN")
     app = served.http_app(served.make_server(index), HOST, settings)
     listed = routes(app.app)
-    assert ("POST", served.HTTP_PATH) in listed
+    # the one path the docs name: no SSE endpoint, nothing else mounted
+    assert listed == [(m, served.HTTP_PATH) for m in ("DELETE", "GET", "POST")]
     with TestClient(app, base_url=f"http://{HOST}:8001") as c:
         for method, path in listed:
             kwargs = {"json": INITIALIZE} if method == "POST" else {}
