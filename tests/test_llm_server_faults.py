@@ -87,7 +87,8 @@ def test_a_server_that_never_answers_ends_the_run_in_one_line(toy_dir, tmp_path,
         f"error: openai/m at {url}: no answer within 0.5 s in 6 attempts; is the server up and "
         "not overloaded? --timeout sets the wait"
     )
-    assert len(connections) == 6  # one call, every attempt, then the run stops
+    # the up-front probe's connection (no request), then one call, every attempt, and stop
+    assert len(connections) == 1 + 6
     assert records(tmp_path) == {}  # the query it stopped has no record: a re-run answers it
     config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
     assert config["timeout"] == 0.5
