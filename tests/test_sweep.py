@@ -135,3 +135,79 @@ def test_a_sweep_replays_generations_without_calling_a_model(tmp_path, toy_dir):
     assert recorded["generations"] == str(generations)
     assert recorded["generation_sha256"] and "file:gens" in run.name.replace("_", ":")
     assert (tmp_path / "out" / "comparison" / "report.html").is_file()
+
+
+# --- a sweep read before it runs: its own folder, its cells listed, its dry run ---------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_every_sweep_file_under_docs_loads_and_has_its_own_output_folder():
+    outputs: dict[Path, str] = {}
+    files = sorted(DOCS.glob("sweep-*.toml"))
+    assert len(files) >= 2
+    for file in files:
+        output = load_sweep(file).output
+        assert output not in outputs, f"{file.name} writes to {outputs.get(output)}'s folder"
+        outputs[output] = file.name
+
+
+def test_list_prints_every_cell_and_what_differs_and_runs_nothing(tmp_path, toy_dir, capsys):
+    provider = scripted.install(lambda messages, params: AssertionError("an LLM was called"))
+    config = write_config(tmp_path, toy_dir)
+    grid, _ = cells(load_sweep(config))
+    assert main([str(config), "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        f"{config}: 3 cells in {tmp_path / 'out' / 'runs'}, differing in agent, prompt"
+    )
+    assert [line.split()[0] for line in out[1:4]] == [c.name for c in grid]
+    assert out[1].split()[1:] == ["agent=hyde", "prompt=base"]
+    assert out[2].split()[1:] == ["agent=hyde", "prompt=shorter"]
+    assert out[4] == (
+        "query2doc-bm25q-x-shorter-toy is the same run as query2doc-bm25q-x-base-toy; run once"
+    )
+    assert provider.calls == 0 and not (tmp_path / "out").exists()
+
+
+def test_dry_run_estimates_every_cell_and_writes_nothing(tmp_path, toy_dir, capsys):
+    provider = scripted.install(lambda messages, params: AssertionError("an LLM was called"))
+    config = write_config(tmp_path, toy_dir)
+    assert main([str(config), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    for i, name in enumerate(
+        ["hyde-bm25q-x-base-toy", "hyde-bm25q-x-shorter-toy", "query2doc-bm25q-x-base-toy"], 1
+    ):
+        assert f"[{i}/3] {name}\n" in out
+        assert f"dry run (no model called): {tmp_path / 'out' / 'runs' / name}" in out
+    assert out.count("\ntotal: ") == 3
+    assert provider.calls == 0 and not (tmp_path / "out").exists()
+
+
+def test_list_and_dry_run_are_one_or_the_other(tmp_path, toy_dir, capsys):
+    with pytest.raises(SystemExit) as info:
+        main([str(write_config(tmp_path, toy_dir)), "--list", "--dry-run"])
+    assert info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_one_query_sweep_without_llm_runs_and_compares(tmp_path, toy_dir, capsys):
+    """limit = 1: the comparison has one query per cell, so no test can give a p-value; the
+    sweep still writes every file and says so instead of failing."""
+    (tmp_path / "run.trec").write_text("q1 Q0 d2 1 2.0 x\nq1 Q0 d1 2 1.0 x\n")
+    config = tmp_path / "sweep.toml"
+    config.write_text(
+        f'output = "out"\ncache_dir = "cache"\nagents = ["none"]\ndatasets = ["{toy_dir}"]\n'
+        'run_files = ["run.trec"]\n\n[options]\nlimit = 1\nquiet = true\n'
+    )
+    assert main([str(config)]) == 0
+    captured = capsys.readouterr()
+    assert "observations" not in captured.err and "Traceback" not in captured.err
+    comparison = tmp_path / "out" / "comparison"
+    for name in ("report.md", "leaderboard.csv", "report.html"):
+        assert (comparison / name).is_file()
+    rows = (comparison / "leaderboard.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2
+    assert "comparison written to" in captured.out
+    status = json.loads((tmp_path / "out" / "cells.json").read_text())
+    assert [s["status"] for s in status] == [0, 0]
