@@ -230,8 +230,7 @@ class TaskFolder(StageFolder):
     def summary(self) -> TaskSummary | None:
         """The task's ``metrics.json``; None when absent or damaged (it is derived, so the
         runner recomputes it from the saved records)."""
-        values = _read_derived(self.summary_path)
-        return None if values is None else TaskSummary.from_dict(values)
+        return _summary(self.summary_path, _read_derived(self.summary_path))
 
     def write_summary(self, summary: TaskSummary) -> None:
         """Write the task's summary; written last, with no failures it marks the task done."""
@@ -304,10 +303,12 @@ class RunFolder(_Folder):
 
     def summary(self) -> dict[str, TaskSummary] | None:
         """The run's ``metrics.json`` ({task folder: summary}); None when absent or damaged."""
-        by_task = _read_derived(self.path / RUN_METRICS_FILE)
+        path = self.path / RUN_METRICS_FILE
+        by_task = _read_derived(path)
         if by_task is None:
             return None
-        return {k: TaskSummary.from_dict(v) for k, v in by_task.items() if isinstance(v, dict)}
+        read = {k: _summary(path, v, f"{k}.") for k, v in by_task.items() if isinstance(v, dict)}
+        return {k: v for k, v in read.items() if v is not None}
 
     def write_summary(
         self,
@@ -445,6 +446,18 @@ def _read_object(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{path}: damaged, not a JSON object")
     return value
+
+
+def _summary(path: Path, values: Any, within: str = "") -> TaskSummary | None:
+    """A task's summary from ``path``'s data; None (and a warning naming the field) when a
+    value is not of its type: the file is derived, so it is recomputed, never guessed from."""
+    if values is None:
+        return None
+    try:
+        return TaskSummary.from_dict(values)
+    except ValueError as e:
+        log.warning("%s: %s%s; ignoring it (it is derived from the saved records)", path, within, e)
+        return None
 
 
 def _read_derived(path: Path, source: str = "the saved records") -> dict[str, Any] | None:

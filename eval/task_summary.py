@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, get_type_hints
+
+from eval.argtypes import type_problem
+from eval.quoting import quoted
 
 AGENT_STAGE = "agent"  # the name the first stage goes by in a task's "stages"
 
@@ -52,9 +55,15 @@ class TaskSummary:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TaskSummary:
         """A summary from ``metrics.json``; a key that an older version did not write (or
-        wrote null) reads as its field's default."""
+        wrote null) reads as its field's default. ValueError naming the field when a value
+        is not of its field's type (``"metrics": [1]``)."""
         known = {f.name for f in fields(cls)} - {"extra"}
         typed = {k: v for k, v in values.items() if k in known and v is not None}
+        # a stage's outcomes are its own to shape: only that they are a table is checked
+        hints = {**get_type_hints(cls), "outcomes": dict[str, Any]}
+        for name, value in typed.items():  # what readers use must be what the writer wrote
+            if (expected := type_problem(value, hints[name])) is not None:
+                raise ValueError(f"field {name!r}: expected {expected}, got {quoted(value)}")
         return cls(**typed, extra={k: v for k, v in values.items() if k not in known})
 
 

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from eval.argtypes import check_fields
+
 if TYPE_CHECKING:
     from .bm25 import BM25Index
     from .dense import DenseIndex
@@ -27,6 +29,10 @@ class SearchRequest:
     # the task query this search serves: an embedding retriever that ignores identical ids (as
     # R2MED's dense evaluation does) never returns the document with this id
     query_id: str | None = None
+
+    def __post_init__(self) -> None:
+        # a wrong-typed field from Python is one line now, not an error inside a retriever
+        check_fields(self, "SearchRequest", {})
 
 
 @runtime_checkable

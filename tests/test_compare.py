@@ -295,7 +295,7 @@ def test_runs_on_fewer_queries_or_other_tasks_are_compared_on_the_intersection(r
     assert any("250 of its 300 queries left out" in n for n in c.notes)
     assert any("other-task left out" in n for n in c.notes)
     (tmp_path / "lone").mkdir()
-    shutil.copy(runs["bm25q"] / "config.json", tmp_path / "lone")
+    shutil.copy(tmp_path / "limited" / "config.json", tmp_path / "lone")  # the task's own
     shutil.copytree(extra, tmp_path / "lone" / "other-task")
     with pytest.raises(CompareError, match="share no task"):
         compare_runs([runs["bm25q"], tmp_path / "lone"])
@@ -370,10 +370,19 @@ def test_a_task_is_compared_on_its_final_stage_and_costs_every_stage(runs, tmp_p
     assert c.scores[_by_folder(c, "staged")][name] == _per_query(runs["bm25q"], name)
 
 
+def _unbind(task: Path) -> None:
+    """Leave a task folder's task.json without the binding, as a folder written before it
+    held one: its run's config.json may then be edited without the task being refused."""
+    info = json.loads((task / "task.json").read_text())
+    info.pop("binding", None)
+    (task / "task.json").write_text(json.dumps(info))
+
+
 def test_qrels_that_cannot_be_found_are_one_line_naming_the_run(runs, tmp_path):
     bare = tmp_path / "bare"
     shutil.copytree(runs["lucene"], bare)
     (bare / runs.task / "per_query.jsonl").unlink()  # so the scores need the qrels
+    _unbind(bare / runs.task)  # its config.json is edited below, as an older folder's
     config = json.loads((bare / "config.json").read_text())
     del config["dataset"]
     (bare / "config.json").write_text(json.dumps(config))

@@ -15,6 +15,7 @@ import pytest
 from agents.config import EvalConfig, LLMConfig, Recorded, RunConfig, StageConfig
 from agents.registry import STAGES
 from agents.settings import add_arguments, from_settings, settings_from_args
+from retrievers.base import SearchRequest
 from retrievers.config import (
     ApiEmbedConfig,
     BM25Config,
@@ -35,6 +36,7 @@ CLASSES: dict[type, dict[str, object]] = {
     DenseConfig: {},
     ApiEmbedConfig: {},
     FusionConfig: {},
+    SearchRequest: {"query": "q"},
 }
 BIG = "x" * 1_000_000
 

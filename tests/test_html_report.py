@@ -268,6 +268,9 @@ def test_hostile_query_text_cannot_break_the_page(demo, tmp_path):
 def test_qrels_that_cannot_be_loaded_leave_a_note_not_a_failure(demo, tmp_path):
     lost = tmp_path / "lost"
     shutil.copytree(demo["none"], lost)
+    info = json.loads((lost / "demo" / "task.json").read_text())
+    info.pop("binding")  # as a folder written before task.json held it: config.json edited
+    (lost / "demo" / "task.json").write_text(json.dumps(info))
     config = json.loads((lost / "config.json").read_text())
     config["dataset"] = str(tmp_path / "gone")
     (lost / "config.json").write_text(json.dumps(config))

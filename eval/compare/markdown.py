@@ -95,8 +95,9 @@ def comparison_markdown(c: Comparison) -> str:
             f"{k.failed} |"
         )
     out.append(
-        "\nCost is litellm's estimate, summed over queries; n/a when no query could be priced "
-        "(local models), a lower bound (>=) when only some could. Cached calls cost $0.\n"
+        "\nCost is litellm's estimate, summed over queries; n/a when the model is not priced "
+        "(a local, self-hosted or unknown model), a lower bound (>=) when only some queries "
+        "could be. Cached calls cost $0.\n"
     )
     if c.notes:
         out.append("## Notes\n")

@@ -60,16 +60,20 @@ def cost(run: RunData, tasks: Sequence[str]) -> Cost:
     """The run's usage over ``tasks``, summed from its per-query records (see `Cost`)."""
     total = Usage()
     priced = Usage()  # the queries whose every call was priced
-    queries = n_priced = failed = 0
+    queries = n_priced = n_unpriced = failed = 0
     wall_s = 0.0
     for task in tasks:
         files = run.tasks[task]
         for usage in files.usage.values():
             queries += 1
             total.add(usage)
+            if usage.calls <= usage.cached_calls:
+                continue  # nothing paid: no word on whether the model is priced
             if usage.cost is not None:
                 n_priced += 1
                 priced.add(usage)
+            else:
+                n_unpriced += 1
         if files.summary is not None:
             wall_s += float(files.summary.seconds or 0.0)
             failed += int(files.summary.failed or 0)
@@ -85,4 +89,5 @@ def cost(run: RunData, tasks: Sequence[str]) -> Cost:
         wall_s=wall_s,
         failed=failed,
         total_cost=total.cost,
+        unpriced=n_unpriced,
     )

@@ -92,10 +92,12 @@ class Cost:
     """LLM usage of a run over the compared tasks, summed from its per-query records.
 
     ``total_cost`` is the run's cost by ``Usage.add``: None (unknown) as soon as one call
-    could not be priced. ``cost`` sums the queries that could be, ``priced`` of them: equal
-    to ``total_cost`` when every query was, else a lower bound. Cached calls cost 0 (nothing
-    was paid this time) but keep their tokens. ``wall_s`` is the time of each task's last
-    (resumed) execution, from metrics.json.
+    could not be priced. Of the queries that made a call not answered from the cache,
+    ``priced`` could be priced and ``unpriced`` could not; ``cost`` sums the priced ones:
+    equal to ``total_cost`` when none was unpriced, else a lower bound. A query whose calls
+    were all cached paid nothing this time (its tokens still count) and says nothing of
+    whether its model is priced. ``wall_s`` is the time of each task's last (resumed)
+    execution, from metrics.json.
     """
 
     queries: int
@@ -109,6 +111,7 @@ class Cost:
     wall_s: float
     failed: int
     total_cost: float | None = 0.0
+    unpriced: int = 0
 
     @property
     def tokens(self) -> int:
@@ -119,13 +122,14 @@ class Cost:
         return self.total_cost is not None
 
     def cost_text(self) -> str:
-        if self.calls == 0 or (self.cost_known and self.cost == 0):
-            return "$0"
-        if self.cost_known:
-            return f"${self.cost:.4f}"
+        """The cost cell: ``$0`` when nothing was paid, ``n/a`` when the model is not priced
+        (a local, self-hosted or unknown model), a lower bound when only some queries were."""
+        if self.unpriced == 0:
+            return "$0" if self.cost == 0 else f"${self.cost:.4f}"
         if self.priced == 0:
             return "n/a"
-        return f">= ${self.cost:.4f} ({self.priced}/{self.queries} queries priced)"
+        paid = self.priced + self.unpriced
+        return f">= ${self.cost:.4f} ({self.priced}/{paid} queries priced)"
 
 
 @dataclass(frozen=True)
