@@ -238,10 +238,15 @@ def test_the_final_stage_is_the_one_metrics_json_names(tmp_path):
     summarise(metrics={"NDCG@10": 0.1}, stages=stages, final_stage="agent")
     assert task.final_stage() == task
 
-    for bad in ("../../elsewhere", "other", 3):
+    for bad in ("../../elsewhere", "other"):
         summarise(metrics={}, final_stage=bad)
         with pytest.raises(ValueError, match="is not a stage folder"):
             task.final_stage()
+    # not text at all: the summary is of the wrong shape, ignored (it is derived) and named
+    task.summary_path.write_text(json.dumps({"metrics": {}, "final_stage": 3}))
+    with pytest.raises(ValueError, match="field 'final_stage': expected text, got 3"):
+        TaskSummary.from_dict({"final_stage": 3})
+    assert task.summary() is None and task.final_stage().path == task.path / second
     with pytest.raises(ValueError):
         stage_dir_name(0, "llm")
 
