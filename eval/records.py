@@ -152,15 +152,12 @@ def record_problem(record: Any) -> str | None:
     for name, kinds in _FIELD_TYPES.items():
         if name in record and not isinstance(record[name], kinds):
             return f"field {name!r}: expected {_NOUNS[name]}, got {quoted(record[name])}"
+    for key, value in (record.get("usage") or {}).items():
+        if key in _USAGE_NUMBERS and value is not None and not _finite(value):
+            return f"field 'usage.{key}': expected a number, got {quoted(value)}"
     for i, pair in enumerate(record.get("ranking") or []):
         ok = isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
-        score = pair[1] if ok else None
-        if not (
-            ok
-            and isinstance(score, int | float)
-            and not isinstance(score, bool)
-            and math.isfinite(score)
-        ):
+        if not (ok and _finite(pair[1])):
             return (
                 f"field 'ranking': entry {i + 1}: expected [doc id, finite score], got "
                 f"{quoted(pair)}"
@@ -168,6 +165,19 @@ def record_problem(record: Any) -> str | None:
     return None
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# what eval.usage.Usage.from_dict reads as numbers
+_USAGE_NUMBERS = (
+    "calls",
+    "cached_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "latency_s",
+)
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "query": str,
     "ranking": list,

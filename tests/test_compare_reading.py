@@ -85,6 +85,9 @@ def test_a_query_record_not_utf8_or_of_the_wrong_shape_is_named(runs, capsys):
     _refused(runs, f"{path} line {n + 1}: field 'ranking': entry 1", capsys=capsys)
     path.write_bytes(original + record_line({"query_id": "q01", "usage": "lots"}).encode())
     _refused(runs, f"{path} line {n + 1}: field 'usage': expected an object", capsys=capsys)
+    usage = {"calls": "2", "cost": None}
+    path.write_bytes(original + record_line({"query_id": "q01", "usage": usage}).encode())
+    _refused(runs, f"{path} line {n + 1}: field 'usage.calls': expected a number", capsys=capsys)
 
 
 def test_a_torn_record_is_still_skipped_even_inside_a_character(runs):
