@@ -148,6 +148,9 @@ def test_a_run_stores_its_label_and_compare_shows_it(toy_dir, tmp_path):
     shutil.copytree(lucene, moved)
     config = json.loads((moved / "config.json").read_text())
     (moved / "config.json").write_text(json.dumps({**config, "agent": "renamed"}))
+    info = json.loads((moved / "toy" / "task.json").read_text())
+    info.pop("binding")  # else its task is refused: made under agent none, not "renamed"
+    (moved / "toy" / "task.json").write_text(json.dumps(info))
     assert load_run(moved).label == "none lucene"  # read, not computed from the config
 
 
