@@ -10,7 +10,10 @@ step in flight (``q01 prompt 1,536/2,048 tok | q02 120 generated``), redrawn at 
 `INTERVAL` seconds each. Where no bar hosts them (progress off, or no run around the call)
 `status` does nothing, so it costs nothing. The host travels in a context variable, which
 asyncio tasks and `asyncio.to_thread` copy: a step in a worker thread reports to the bar of
-the query that started it. Nothing here is written anywhere but the display.
+the query that started it. A step before any bar (checking a run, loading a dense model) is
+a `transient` line, drawn only where it can be taken back (a terminal or a notebook), so a
+refusal that ends the step is still the one line printed. Nothing here is written anywhere but
+the display.
 """
 
 from __future__ import annotations
