@@ -284,8 +284,12 @@ def format_estimate(est: Estimate) -> str:
     lines += [f"  note: {note}" for note in [*dict.fromkeys(notes), *est.notes]]
     lines += [f"  tokens of {model}: {how}" for model, how in est.tokenizers.items()]
     cost = est.cost
+    # a model with no price (local, self-hosted, unknown) is n/a, as eval.compare's cell; the
+    # priced stages beside it are a lower bound
+    part = sum(s.cost or 0.0 for _, s in est.stages if s.calls)
     priced = usd(cost) if cost is not None else (
-        f"unknown: not in litellm's price map ({', '.join(est.unpriced)})")  # fmt: skip
+        f"{f'>= {usd(part)};' if part > 0 else 'n/a:'} not in litellm's price map "
+        f"({', '.join(est.unpriced)})")  # fmt: skip
     lines.append(
         f"total: {_number(est.total('calls'))} LLM calls, {_number(est.total('prompt_tokens'))} "
         f"prompt + {_number(est.total('completion_tokens'))} completion tokens; cost: {priced}"

@@ -21,7 +21,7 @@ from tests.helpers import DOCS, QUERIES
 
 PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
 BOUND = WORST_CASE
-UNPRICED = "unknown: not in litellm's price map"
+UNPRICED = "n/a: not in litellm's price map"
 
 
 def stages(est):
