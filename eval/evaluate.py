@@ -40,6 +40,7 @@ import pytrec_eval
 
 from eval.datasets import GRADE_MAX, GRADE_MIN
 from eval.metrics import CUT_FAMILIES, DEFAULT_K_VALUES, metric_names
+from eval.quoting import quoted
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -113,7 +114,7 @@ def _float32(qid: str, doc_id: str, score: float) -> np.float32:
         as_seen = np.float32(score)
     if not (math.isfinite(score) and np.isfinite(as_seen)):
         raise ValueError(
-            f"query {qid!r}, doc {doc_id!r}: score is not finite in float32 "
+            f"query {quoted(qid)}, doc {quoted(doc_id)}: score is not finite in float32 "
             f"(trec_eval's precision): {score}"
         )
     return as_seen
@@ -305,11 +306,12 @@ def task_mean(values: Sequence[float]) -> float:
 
 def _grade(qid: str, doc_id: str, grade: int) -> int:
     if isinstance(grade, bool) or not isinstance(grade, (int, np.integer)):
-        raise ValueError(f"query {qid!r}, doc {doc_id!r}: grade {grade!r} is not an integer")
-    if not GRADE_MIN <= grade <= GRADE_MAX:
         raise ValueError(
-            f"query {qid!r}, doc {doc_id!r}: grade {grade} is outside {GRADE_MIN} .. {GRADE_MAX}"
+            f"query {quoted(qid)}, doc {quoted(doc_id)}: grade {quoted(grade)} is not an integer"
         )
+    if not GRADE_MIN <= grade <= GRADE_MAX:
+        where = f"query {quoted(qid)}, doc {quoted(doc_id)}"
+        raise ValueError(f"{where}: grade {grade} is outside {GRADE_MIN} .. {GRADE_MAX}")
     # A query judged only by negative grades segfaults pytrec_eval; as 0 it scores 0, and
     # every metric of every other query is unchanged (tests/test_evaluate.py).
     return max(int(grade), 0)
