@@ -127,3 +127,14 @@ def test_eval_score_qrels_demo_scores_as_the_demo_task(tmp_path, capsys):
     run.write_text("".join(f"{qid} Q0 {d} {i} {10 - i}.0 t\n" for i, d in enumerate(docs, 1)))
     assert score_main(["--qrels", "demo", str(run), "--metrics", "P@1"]) == 0
     assert "P@1" in capsys.readouterr().out
+
+
+def test_eval_score_on_a_megabyte_id_prints_one_short_line(tmp_path, capsys):
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d1 1\n")
+    run = tmp_path / "run.trec"
+    run.write_text(f"q1 Q0 d1 1 1.0 t\nq1 Q0 {BIG}\x07 2 0.5 t\n")
+    assert score_main(["--qrels", str(qrels), str(run)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 400
+    assert err.startswith(f"error: {run} line 2: field 'docid': ")
