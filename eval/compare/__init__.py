@@ -26,11 +26,18 @@ Decisions worth knowing:
   under ``missing=present`` (``eval.evaluate``'s one definition of a present query).
 * Overall significance pools the per-query scores of every task (task-prefixed query ids),
   so a task with many queries weighs more there than in Avg, which is a mean of task means.
+  Where a test has no answer (fewer than 2 paired queries; a t-test on differences that are
+  all the same) the p cell is ``n/a`` with the reason (`eval.significance.PairedTest`).
+* Every file read is checked as it is read (`eval.runs`, `eval.records`): a line that is not
+  UTF-8, not JSON or of the wrong shape is refused naming the file, the line and the field;
+  a task folder whose ``task.json`` says it was made under another config than its run's
+  ``config.json`` (copied in from another run) is refused, naming the setting.
 * A task whose ranking went through rerank stages is scored on its final stage (see
   ``eval.runs``); its usage is the sum over every stage up to that one.
 * Usage is summed from the per-query records by ``Usage.add``, the runner's own rule, so a
   run's cost is unknown as soon as one call was unpriced; the priced part is then shown as a
-  lower bound (see ``Cost``).
+  lower bound, and a model with no price at all (local, self-hosted, unknown) as ``n/a``
+  (see ``Cost``).
 * The charts mark a no-LLM baseline (`reference_run`): the baseline when no LLM had a part
   in its ranking, else the first such run. A run says so in its folder (``llm_free``); an
   older folder that does not counts as such when its records show no LLM call.
