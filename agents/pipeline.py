@@ -148,6 +148,10 @@ async def _arun(
         for tp, fingerprint in zip(plan.tasks, fingerprints, strict=True):
             try:
                 check_task_data(run_dir / tp.folder, tp.task, fingerprint)
+                # a task folder copied in from another run: its records answer another config
+                made_under = TaskFolder(run_dir / tp.folder).binding_problem
+                if problem := made_under(to_dict(config), RunFolder(run_dir).config_path):
+                    raise RunError(f"{problem}; pass --overwrite to redo it")
             except RunError:
                 if not overwrite:
                     raise

@@ -130,3 +130,24 @@ def test_task_json_records_the_binding_and_an_older_folder_without_it_compares(r
     assert "runs_dir" not in data["binding"]  # where things go is not what they are
     info.write_text(json.dumps({k: v for k, v in data.items() if k != "binding"}))
     compare_runs([runs["bm25q"], runs["lucene"]])
+
+
+def test_a_resumed_run_refuses_a_task_folder_from_another_run(made, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(made["lucene"], runs / "lucene")
+    shutil.rmtree(runs / "lucene" / "demo")
+    shutil.copytree(made["bm25q"] / "demo", runs / "lucene" / "demo")
+    argv = ["--agent", "none", "--dataset", "demo", "--bm25-method", "lucene", "--limit", "3",
+            "--runs-dir", str(runs), "--cache-dir", str(made["bm25q"].parent.parent / "cache"),
+            "--run-name", "lucene", "--quiet"]  # fmt: skip
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "made under another config" in err
+    assert "retriever.bm25.method 'bm25q' here, 'lucene' there" in err and "--overwrite" in err
+    assert run_main([*argv, "--overwrite"]) == 0  # redone under its own config
+    assert (
+        json.loads((runs / "lucene" / "demo" / "task.json").read_text())["binding"]["retriever"][
+            "bm25"
+        ]["method"]
+        == "lucene"
+    )
