@@ -32,6 +32,12 @@ class Usage:
         self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
         self.latency_s += other.latency_s
 
+    @classmethod
+    def unread_call(cls) -> Usage:
+        """One call whose reply could not be used as an answer: counted as a call, its
+        tokens unknown (0) and its cost unknown (None)."""
+        return cls(calls=1, cost=None)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -47,6 +47,7 @@ OPTIONAL_FIELDS: dict[str, tuple[type, ...]] = {
     "logprobs": (list, type(None)),
     "stop_reason": (str, type(None)),  # the stop string that ended the text, if reported
     "tool_calls": (list, type(None)),  # [{"id", "name", "arguments"}, ...] when tools were offered
+    "reasoning": (str, type(None)),  # the thinking split off the text (reasoning_content)
 }
 
 

@@ -45,10 +45,16 @@ from tenacity import RetryCallState
 
 from agents.llm.cache import CACHE_MODES, LLMCache, cache_key
 from agents.llm.embedded import is_local, local_name
-from agents.llm.errors import LLMAuthError, LLMUnavailable
+from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.keys import auth_error_message, is_auth_error
 from agents.llm.prefix_cache import evaluation_settings
-from agents.llm.responses import Completion, check_reply, entry_from_response, from_entry
+from agents.llm.responses import (
+    Completion,
+    check_reply,
+    entry_from_response,
+    from_entry,
+    unreadable_reply,
+)
 from agents.llm.serving import (
     CHAT_CONTINUING,
     ChatTemplate,
@@ -329,10 +335,12 @@ class LLM:
     async def _call_with_retries(
         self, messages: list[dict], stop: list[str] | None, request: dict, prompt: str | None
     ) -> Any:
+        retryable = retry_refused(RETRYABLE_ERRORS, lambda: self._answered)
         attempts = retrying(
             LLM_BACKOFF,
             self.max_retries,
-            retry_refused(RETRYABLE_ERRORS, lambda: self._answered),
+            # a reply whose bytes cannot be read comes back the same: not retried
+            lambda exc: unreadable_reply(exc) is None and retryable(exc),
             asynchronous=True,
             before_sleep=self._log_retry,
             sleep=lambda seconds: _sleep(seconds),
@@ -367,10 +375,16 @@ class LLM:
                         # may quote the key, and a traceback is printed wherever stderr goes.
                         message = auth_error_message(self.model, exc, placeholder)
                         raise LLMAuthError(message) from None
-        except RETRYABLE_ERRORS as exc:
+        except Exception as exc:
+            unreadable = unreadable_reply(exc)
+            if unreadable is not None:  # that query's: the server is there, it sent bytes
+                self._answered = True
+                raise LLMReplyError(f"{self.model}: {unreadable}; it cannot be read") from None
             # an in-process provider (local/, scripted/) has no server: litellm reports its
             # failures as connection errors, which are that query's
-            if not is_no_server(exc) or is_custom_provider(provider_of(self.model) or ""):
+            if not isinstance(exc, RETRYABLE_ERRORS) or not is_no_server(exc):
+                raise
+            if is_custom_provider(provider_of(self.model) or ""):
                 raise
             raise LLMUnavailable(self._unavailable_message(exc)) from None
         raise AssertionError("unreachable: tenacity reraises the last error")

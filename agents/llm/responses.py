@@ -3,14 +3,24 @@ cacheable entry the client stores (`entry_from_response`), and an entry, stored 
 the `Completion` callers get (`from_entry`).
 
 An answer the client cannot use is refused here (`LLMReplyError`): a reply with no choices,
-or one emptied by the length limit (`check_reply`). Cost is None whenever litellm's cost map
-cannot price the model (local models, self-hosted servers, unknown names); a cache hit spent
-no money, so its cost is 0.0.
+or one emptied by the length limit (`check_reply`), or one whose bytes cannot be read as sent
+(`unreadable_reply`: not UTF-8, not JSON; the SDK fails decoding it, and another attempt would
+get the same bytes, so it is not retried). Cost is None whenever litellm's cost map cannot price
+the model (local models, self-hosted servers, unknown names); a cache hit spent no money, so its
+cost is 0.0.
+
+Token log-probabilities are read strictly (`logprob_value`): a null, non-numeric, NaN, +inf or
+positive value is missing (None), never read as 0.0 (probability 1); -inf is probability 0.
+
+litellm moves a reply's leading ``<think>...</think>`` into ``reasoning_content`` (as servers
+with a reasoning parser send it); it is kept as the completion's ``reasoning``, and
+`whole_reply` gives the reply as the model wrote it, the thinking first.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,13 +40,16 @@ class Completion:
     model: str  # the model the provider reports, else the requested model string
     # asked for with logprobs=True (top_logprobs=k): per generated token, (token, logprob,
     # [(alternative, logprob), ...]); None when the provider returned none
-    logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
+    # (a value None where the provider sent none or an impossible one: `logprob_value`)
+    logprobs: list[tuple[str, float | None, list[tuple[str, float | None]]]] | None = None
     # the stop string that ended the text, where the backend says (local/ models, vLLM,
     # SGLang); None at the end of the turn, at max_tokens, or when the backend does not say
     stop_reason: str | None = None
     # the functions the model called, when it was offered tools (OpenAI's form, or parsed
     # from the text where the prompt is rendered here: agents/llm/tool_text.py)
     tool_calls: list[ToolCall] = field(default_factory=list)
+    # the thinking the provider (or litellm) split off the text: ``reasoning_content``
+    reasoning: str | None = None
 
     def message(self) -> dict[str, Any]:
         """The assistant message this completion adds to a conversation."""
@@ -47,6 +60,40 @@ class Completion:
             "content": self.text or None,
             "tool_calls": [call.to_message() for call in self.tool_calls],
         }
+
+
+def whole_reply(completion: Completion) -> str:
+    """The reply as the model wrote it: its split-off reasoning back in ``<think>`` tags
+    before the text, where there is one (a reader of the whole reply, e.g. ReasonRank's)."""
+    if completion.reasoning is None:
+        return completion.text
+    return f"<think>{completion.reasoning}</think>{completion.text}"
+
+
+def unreadable_reply(exc: BaseException | None) -> str | None:
+    """Why the server's reply could not be read as it was sent (its bytes are not UTF-8, or
+    not JSON), from the error's chain; None for any other failure."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, UnicodeDecodeError):
+            byte = exc.object[exc.start]
+            return f"the server's reply is not UTF-8 (byte {byte:#04x} at {exc.start})"
+        if isinstance(exc, json.JSONDecodeError):
+            return f"the server's reply is not JSON ({exc.msg} at {exc.pos})"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def logprob_value(value: Any) -> float | None:
+    """A token's log-probability as sent, or None when it is not one: missing (null), not a
+    number, NaN, +inf or above 0 (a probability over 1). -inf is probability 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    if math.isnan(value) or value > 0.0:
+        return None
+    return value
 
 
 def check_reply(entry: dict, model: str, request: dict) -> None:
@@ -82,7 +129,13 @@ def entry_from_response(response: Any, requested_model: str) -> dict:
         "logprobs": _logprobs_entry(getattr(choice, "logprobs", None)),
         "stop_reason": _stop_reason(choice),
         "tool_calls": _tool_calls_entry(getattr(message, "tool_calls", None)),
+        "reasoning": _reasoning(message),
     }
+
+
+def _reasoning(message: Any) -> str | None:
+    reasoning = getattr(message, "reasoning_content", None) if message is not None else None
+    return reasoning if isinstance(reasoning, str) and reasoning else None
 
 
 def _tool_calls_entry(calls: Any) -> list[dict[str, str]] | None:
@@ -123,8 +176,8 @@ def _logprobs_entry(logprobs: Any) -> list | None:
         values = _field(logprobs, "token_logprobs") or []
         tops = _field(logprobs, "top_logprobs") or [None] * len(tokens)
         return [
-            [str(t), float(lp if lp is not None else 0.0),
-             [[str(a), float(p)] for a, p in (top or {}).items()]]
+            [str(t), logprob_value(lp),
+             [[str(a), logprob_value(p)] for a, p in _pairs(top)]]
             for t, lp, top in zip(tokens, values, tops, strict=False)
         ]  # fmt: skip
     content = _field(logprobs, "content")
@@ -133,11 +186,16 @@ def _logprobs_entry(logprobs: Any) -> list | None:
     out = []
     for item in content:
         top = [
-            [str(_field(t, "token")), float(_field(t, "logprob"))]
+            [str(_field(t, "token")), logprob_value(_field(t, "logprob"))]
             for t in _field(item, "top_logprobs") or ()
         ]
-        out.append([str(_field(item, "token")), float(_field(item, "logprob")), top])
+        out.append([str(_field(item, "token")), logprob_value(_field(item, "logprob")), top])
     return out
+
+
+def _pairs(top: Any) -> list[tuple[Any, Any]]:
+    """A completions-form position's alternatives ({token: logprob}; anything else: none)."""
+    return list(top.items()) if isinstance(top, dict) else []
 
 
 def _as_logprobs(entry: list | None) -> list[tuple[str, float, list[tuple[str, float]]]] | None:
@@ -179,4 +237,5 @@ def from_entry(entry: dict, latency: float, cached: bool = True) -> Completion:
         tool_calls=[
             ToolCall(c["id"], c["name"], c["arguments"]) for c in entry.get("tool_calls") or ()
         ],
+        reasoning=entry.get("reasoning"),
     )

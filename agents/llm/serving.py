@@ -376,9 +376,40 @@ def server_token_ids(api_base: str | None, server: str, model: str, text: str) -
         except httpx.HTTPError:
             return None
         if reply.status_code == 200:
-            ids = [int(i) for i in reply.json().get("tokens", [])]
+            ids = token_ids_answer(reply.content, url)
             if url.endswith("/extras/tokenize"):  # it adds the model's BOS, if it has one
-                probe = httpx.post(url, json={"input": "a"}, timeout=30.0).json()["tokens"]
-                ids = ids[max(0, len(probe) - 1) :]
+                try:
+                    probe = httpx.post(url, json={"input": "a"}, timeout=30.0)
+                except httpx.HTTPError:
+                    return None
+                ids = ids[max(0, len(token_ids_answer(probe.content, url)) - 1) :]
             return ids
     return None
+
+
+def token_ids_answer(body: bytes, url: str) -> list[int]:
+    """The ids of a tokenize endpoint's answer, read strictly: a JSON object whose
+    ``tokens`` is a list of non-negative integers; LLMReplyError (one line naming the
+    endpoint and what is wrong) otherwise."""
+    import json
+
+    from agents.llm.errors import LLMReplyError
+    from agents.secrets import public_url
+
+    def wrong(why: str) -> LLMReplyError:
+        return LLMReplyError(f"the server's tokenize answer ({public_url(url)}) is unusable: {why}")
+
+    try:
+        answer = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise wrong("not UTF-8") from None
+    except ValueError:
+        raise wrong("not JSON") from None
+    if not isinstance(answer, dict):
+        raise wrong(f"a JSON {type(answer).__name__}, not an object")
+    tokens = answer.get("tokens")
+    if not isinstance(tokens, list):
+        raise wrong("no 'tokens' list")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in tokens):
+        raise wrong("'tokens' holds something other than token ids (non-negative integers)")
+    return tokens

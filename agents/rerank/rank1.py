@@ -30,7 +30,12 @@ token is then read from the likeliest 20 as it comes, stated in the step as ``fo
 llama-cpp-python's server reports the log-probabilities from before the bias, so the two are
 read from the model's own likeliest 20 there: the same ratio as the embedded model's masked
 pair (tests/test_llamacpp_server.py), 0.5 when either is outside them.
-Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the summary.
+Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the summary: a
+reply the stage cannot use (unreadable, no choices; log-probabilities of " true" or " false"
+that are missing or impossible, which `agents.llm.responses` reads as None; a /tokenize answer
+of the wrong shape) is a named outcome with its reason, scored 0.5 as an unread reply, never a
+non-finite score or an exception's text. A judgement's step counts every call it made: its
+``usage`` is the judging call's plus the forced call's (which ``forced.usage`` shows alone).
 """
 
 from __future__ import annotations
@@ -41,10 +46,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
+from agents.llm.errors import LLMReplyError
 from agents.llm.steps import llm_complete_call
 from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.reasonrank import load_tokenizer
 from agents.specs import StageSpec
+from eval.usage import Usage
 
 FAMILY = "rank1"
 QUERY_FAMILY = "rank1-query"  # prompts.py PROMPT_DICT: the dataset's instruction
@@ -66,6 +73,12 @@ OUTCOMES = {
     "closed": "the reply closed </think> with true or false: scored at its last token",
     "forced": "forced with '\\n</think>' and one true/false token: scored there",
     "forced-unread": "the forced token's alternatives lacked true or false: scored 0.5",
+    "forced-bad-logprobs": "the forced token's logprob of true or false was missing or "
+    "impossible (null, NaN, above 0; both -inf): scored 0.5",
+    "forced-unrestricted": "forced, unrestricted: the server's /tokenize answer was unusable "
+    "(forced_by says why)",
+    "unusable-reply": "the reply could not be read (reason says why): scored 0.5",
+    "forced-unusable-reply": "the forced reply could not be read (reason says why): scored 0.5",
 }
 
 
@@ -76,20 +89,33 @@ def check_options(options: dict[str, Any]) -> None:
         raise ValueError(f"force must be one of {', '.join(FORCES)}, got {options['force']!r}")
 
 
-def true_probability(
-    logprobs: Sequence[tuple[str, float, Sequence[tuple[str, float]]]] | None,
-) -> float | None:
-    """P(true) / (P(true) + P(false)) at the last token, or None when its alternatives (the
-    sampled token among them) lack " true" or " false" (rank1.py L200-219)."""
+Logprobs = Sequence[tuple[str, float | None, Sequence[tuple[str, float | None]]]]
+
+
+def read_true(logprobs: Logprobs | None) -> tuple[float | None, str]:
+    """P(true) / (P(true) + P(false)) at the last token and "read"; (None, "absent") when its
+    alternatives (the sampled token among them) lack " true" or " false" (rank1.py L200-219);
+    (None, "bad-logprobs") when either's logprob is missing or impossible (None: see
+    `agents.llm.responses.logprob_value`) or both are -inf (no probability to share)."""
     if not logprobs:
-        return None
+        return None, "absent"
     token, logprob, top = logprobs[-1]
     seen = dict(top)
-    seen.setdefault(token, logprob)
+    if seen.get(token) is None:
+        seen[token] = logprob
     if TRUE not in seen or FALSE not in seen:
-        return None
-    p_true, p_false = math.exp(seen[TRUE]), math.exp(seen[FALSE])
-    return p_true / (p_true + p_false)
+        return None, "absent"
+    lp_true, lp_false = seen[TRUE], seen[FALSE]
+    if lp_true is None or lp_false is None or lp_true == lp_false == -math.inf:
+        return None, "bad-logprobs"
+    # the two-way softmax, exact where exp() of either alone underflows to 0
+    gap = lp_false - lp_true
+    return (0.0 if gap > 700 else 1.0 / (1.0 + math.exp(gap))), "read"
+
+
+def true_probability(logprobs: Logprobs | None) -> float | None:
+    """P(true) / (P(true) + P(false)) at the last token, or None when it cannot be read."""
+    return read_true(logprobs)[0]
 
 
 def cut_to_sentence(text: str) -> str:
@@ -115,6 +141,7 @@ class Rank1Reranker:
         self.prompt = ctx.prompts.get(FAMILY)
         self.instruction = ctx.prompts.get(QUERY_FAMILY)  # by task, as prompts.py keys it
         self._force: tuple[str, dict[str, Any]] | None = None
+        self.tokenize_fault = False  # the server's /tokenize answer could not be read
         name = self.options["tokenizer"]
         self.hub_tokenizer = load_tokenizer(name) if name else None  # refused before any call
 
@@ -137,7 +164,11 @@ class Rank1Reranker:
             how = "allowed_token_ids" if native else "logit_bias"
         if how == "none":
             return "none: asked for no restriction", {}
-        ids = self.token_ids()
+        try:
+            ids = self.token_ids()
+        except LLMReplyError as exc:  # a /tokenize answer of the wrong shape
+            self.tokenize_fault = True
+            return f"none: {exc}; the token is read from the likeliest 20 as it comes", {}
         if ids is None:
             return (
                 "none: no tokenizer gives the ids of ' true' and ' false' (tokenizer= names "
@@ -167,28 +198,53 @@ class Rank1Reranker:
 
     async def judge(self, query: str, passage: str) -> dict[str, Any]:
         prompt = self.render(query, passage)
-        completion, call = await llm_complete_call(
-            self.ctx, "judge", prompt, stop=STOP, logprobs=True, top_logprobs=TOP_LOGPROBS
-        )
+        try:
+            completion, call = await llm_complete_call(
+                self.ctx, "judge", prompt, stop=STOP, logprobs=True, top_logprobs=TOP_LOGPROBS
+            )
+        except LLMReplyError as exc:
+            return unread(prompt, "unusable-reply", str(exc))
         # the call's output is the whole reply, the reasoning too
         step: dict[str, Any] = {k: v for k, v in call.items() if k != "node"}
-        score = true_probability(completion.logprobs)
+        score, _ = read_true(completion.logprobs)
         if score is not None:
             return {**step, "score": round(score, 6), "outcome": "closed"}
         forced_by, restriction = await self.force()
-        forced, forced_call = await llm_complete_call(
-            self.ctx, "judge", forced_prompt(prompt, completion.text),
-            max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS,
-            **restriction,
-        )  # fmt: skip
-        score = true_probability(forced.logprobs)
+        sent = forced_prompt(prompt, completion.text)
+        try:
+            forced, forced_call = await llm_complete_call(
+                self.ctx, "judge", sent,
+                max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=TOP_LOGPROBS,
+                **restriction,
+            )  # fmt: skip
+        except LLMReplyError as exc:
+            failed = unread(sent, "forced-unusable-reply", str(exc))
+            usage = Usage.total(Usage.from_dict(c["usage"]) for c in (step, failed))
+            return {
+                **step,
+                "score": UNREAD_SCORE,
+                "outcome": failed.pop("outcome"),
+                "reason": failed.pop("reason"),
+                "forced_by": forced_by,
+                "forced": {k: failed[k] for k in ("prompt", "output", "usage")},
+                "usage": usage.to_dict(),
+            }
+        score, how = read_true(forced.logprobs)
         outcome = "forced" if score is not None else "forced-unread"
+        out = {**step}
+        if how == "bad-logprobs":
+            outcome = "forced-bad-logprobs"
+            out["reason"] = "the logprob of ' true' or ' false' is missing or impossible"
+        elif score is not None and self.tokenize_fault:
+            outcome = "forced-unrestricted"
+        usage = Usage.total(Usage.from_dict(c["usage"]) for c in (call, forced_call))
         return {
-            **step,
+            **out,
             "score": round(UNREAD_SCORE if score is None else score, 6),
             "outcome": outcome,
             "forced_by": forced_by,
             "forced": {k: v for k, v in forced_call.items() if k != "node"},
+            "usage": usage.to_dict(),  # both calls: the forced one is a call too
         }
 
     async def rerank(
@@ -203,6 +259,18 @@ class Rank1Reranker:
             steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
             scores[doc_id] = step["score"]
         return {"ranking": ranked(by_score(order, scores)), "steps": steps}
+
+
+def unread(prompt: str, outcome: str, reason: str) -> dict[str, Any]:
+    """The step of a judgement whose reply could not be read: scored as an unread one."""
+    return {
+        "prompt": prompt,
+        "output": None,
+        "score": UNREAD_SCORE,
+        "outcome": outcome,
+        "reason": reason,
+        "usage": Usage.unread_call().to_dict(),
+    }
 
 
 def build_rank1(ctx: StageContext) -> Rank1Reranker:
