@@ -5,6 +5,9 @@ returns the number, or raises `CheckError` saying what it must be. argparse uses
 flag types ("argument --limit: must be a positive integer, got '0'"), and the run
 configuration applies the same ones to values set from Python or a sweep file, so
 ``--limit 0``, ``depth = -1`` or ``temperature = nan`` are refused before anything runs.
+A flag's text is read as C reads a number (`eval.decimal_text`: ASCII decimals, no
+``1_000``, no ``'١٢'``). `check_fields` checks a whole config dataclass: each field against
+its annotation first (so a value from Python must be of the field's type), then its rule.
 """
 
 from __future__ import annotations
