@@ -172,6 +172,25 @@ def test_each_command_is_taken_by_its_parser(argv, monkeypatch, capsys):
         settings = settings_from_args(args)
         settings.pop("prompt", None)  # a prompt file a doc writes first (checked when run)
         from_settings(settings)
+    elif argv[2] == "eval.compare":  # its --metric, as the comparison checks it
+        from eval.metrics import parse_metric
+
+        parse_metric(args.metric)
+    elif argv[2] == "agents.sweep":  # its file, as the sweep reads it
+        from agents.sweep import load_sweep
+
+        load_sweep(REPO / args.config)
+
+
+def test_the_example_sweeps_listing_is_what_list_prints(monkeypatch):
+    from agents.sweep import list_cells, load_sweep
+
+    monkeypatch.chdir(REPO)  # the file named as the docs name it, from the clone's root
+    text = (REPO / "docs" / "experiments.md").read_text()
+    [shown] = re.findall(r"^`--list` of the example prints:\n\n```\n(.*?)^```$", text,
+                         re.DOTALL | re.MULTILINE)  # fmt: skip
+    printed = list_cells(load_sweep(Path("docs/sweep-example.toml")))
+    assert shown.rstrip("\n") == printed.replace(str(REPO), "/path/to/r2med-agents")
 
 
 @pytest.fixture(scope="module")
