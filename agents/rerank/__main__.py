@@ -47,6 +47,7 @@ WHAT_THE_SOURCE_DECIDES = ("preset", *SAMPLING_SETTINGS)
 LLM_FLAGS = (*WHAT_THE_SOURCE_DECIDES, "cache", "concurrency", "rate_limit")
 FLAGS = (
     "rerank", *STAGE_WIDE, *LLM_FLAGS, "prompt", "runs_dir", "run_name", "cache_dir",
+    "timeout",  # agents.run's own flag (agents.settings): each attempt's wait for an answer
 )  # fmt: skip
 # a run file's first stage: what a run folder's config says for its own (--task is the dataset)
 FILE_FLAGS = ("depth", "ties", "missing", "limit")
@@ -140,6 +141,7 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
         runs_dir=str(settings.get("runs_dir") or source_dir.resolve().parent),
         run_name=settings.get("run_name"),
         cache_dir=settings.get("cache_dir") or source.cache_dir,
+        timeout=settings.get("timeout", source.timeout),
     )
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 # Light imports only: agents.registry pulls in this module, and agents.llm.steps needs no LLM
 # library until a call is made.
-from agents.llm.errors import is_context_overflow
-from agents.llm.steps import llm_step
+from agents.llm.errors import LLMReplyError, is_context_overflow
+from agents.llm.steps import llm_call
 from agents.llm.text import answer_text
 from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
+from eval.usage import Usage
 
 # doc_words counts whitespace-separated words, which is what RankGPT's "max_length = 300"
 # actually cuts (`" ".join(content.split()[:300])`); it is not a tokenizer count.
@@ -41,6 +42,14 @@ _BRACKETED = re.compile(r"\[\s*(\d+)\s*\]")
 _CHAIN = re.compile(r"\d+(?:\s*>\s*\d+)+")
 _NUMBER = re.compile(r"\d+")
 NO_PERMUTATION = "no usable passage id in the reply; the window keeps its order"
+# how each window's reply was read: its step's outcome, counted in the task's metrics.json
+OUTCOMES = {
+    "permutation": "the reply listed every id of the window once",
+    "repaired": "ids outside the window or repeated were dropped, or missing ones appended "
+    "in their previous order (note says which)",
+    "no-permutation": "no usable passage id in the reply: the window kept its order",
+    "unusable-reply": "the reply could not be read (reason says why): the window kept its order",
+}
 # Where a window does not fit the model's context, its passages are cut to half as many words
 # and it is sent again, down to this; every window starts again from doc_words, so a prompt
 # never depends on which query ran first.
@@ -172,10 +181,15 @@ class ListwiseReranker:
         words = self.options["doc_words"]
         while True:
             try:
-                text, call = await llm_step(
+                completion, call = await llm_call(
                     self.ctx, "window", self.messages(query, ids, scores, words)
                 )
-                return text, call, words
+                from agents.llm.responses import whole_reply  # loaded with the client
+
+                # the reply as received: litellm moves a leading <think>...</think> into
+                # reasoning_content; the trace keeps it, and answer_text reads past it
+                text = whole_reply(completion)
+                return text, {**call, "output": text}, words
             except Exception as exc:
                 if not is_context_overflow(exc) or words <= MIN_DOC_WORDS:
                     raise
@@ -189,8 +203,24 @@ class ListwiseReranker:
         o = self.options
         for start, end in windows(len(order), o["depth"], o["window"], o["step"]):
             ids = order[start:end]
-            text, call, words = await self.ask(query, ids, ranking)
+            try:
+                text, call, words = await self.ask(query, ids, ranking)
+            except LLMReplyError as exc:  # the window keeps its order
+                steps.append({
+                    "node": "window", "window": [start, end], "doc_ids": ids, "reply": None,
+                    "permutation": list(range(1, len(ids) + 1)), "order": ids,
+                    "outcome": "unusable-reply", "reason": str(exc), "note": str(exc),
+                    "output": None, "usage": Usage.unread_call().to_dict(),
+                })  # fmt: skip
+                continue
             permutation, note = parse_permutation(text, len(ids))
+            outcome = (
+                "no-permutation"
+                if note == NO_PERMUTATION
+                else "repaired"
+                if note
+                else "permutation"
+            )
             if words < o["doc_words"]:
                 fitted = f"passages cut to {words} words to fit the model's context"
                 note = f"{fitted}; {note}" if note else fitted
@@ -204,6 +234,7 @@ class ListwiseReranker:
                 "order": order[start:end],
                 "doc_words": words,
                 "note": note,
+                "outcome": outcome,
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
         return {"ranking": ranked(order), "steps": steps}

@@ -10,6 +10,9 @@ the passage 0-3 in text and the score is grade / 3, so both land on one 0-1 scal
 text after a reasoning model's last ``</think>`` is read, and the judgement is the last
 yes/no (or grade) in it rather than the first. Each passage is one call; a query's passages
 are judged one after another so that ``--concurrency`` stays the number of calls in flight.
+Each judgement's outcome (`OUTCOMES`) is in its step and counted in the task's metrics.json,
+and its ``usage`` counts every call it made (a logprobs call answered without any, then the
+grade call).
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.llm.errors import LLMReplyError
 from agents.llm.steps import llm_call
 from agents.llm.text import THINK_END, answer_text
 from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.listwise import cut_words
 from agents.specs import StageSpec
+from eval.usage import Usage
 
 FAMILY = "rerank-pointwise"
 JUDGES = ("auto", "logprobs", "grade")
@@ -46,6 +51,16 @@ GRADES = range(4)
 _WORD = re.compile(r"[a-z]+|\d")
 _GRADE = re.compile(r"(?<!\d)[0-3](?!\d)")
 NO_JUDGEMENT = "no judgement in the reply; scored 0 and kept in its previous order among ties"
+# how each judgement was read: its step's outcome, counted in the task's metrics.json
+OUTCOMES = {
+    "logprobs": "P(yes) from the judgement token's logprobs",
+    "text": "no yes/no token among the logprobs: the reply's yes/no read from its text",
+    "bad-logprobs": "the judgement token's yes/no logprobs were missing or impossible (null, "
+    "NaN, above 0, all -inf): the reply's text read (note says why)",
+    "grade": "a 0-3 grade read from the reply: grade / 3",
+    "no-judgement": "no judgement in the reply: scored 0",
+    "unusable-reply": "the reply could not be read (reason says why): scored 0",
+}
 
 
 def check_options(options: dict[str, Any]) -> None:
@@ -76,14 +91,15 @@ def answer_start(tokens: Sequence[str]) -> int:
 
 
 def yes_probability(
-    logprobs: Sequence[tuple[str, float, Sequence[tuple[str, float]]]], last: bool
+    logprobs: Sequence[tuple[str, float | None, Sequence[tuple[str, float | None]]]], last: bool
 ) -> float | None:
     """P(yes) / (P(yes) + P(no)) at the answer's judgement token, from its alternatives.
 
     The judgement token is the answer's first (or ``last``) sampled yes/no token; when the
     model wrote none ("The answer is..." cut short), it is the first answer position whose
     alternatives hold a yes or a no, the position a yes/no judge reads. None when no
-    position does.
+    position does; `BadLogprobs` when that position's yes/no logprobs are missing or
+    impossible (None: `agents.llm.responses.logprob_value`) or all -inf.
     """
     tokens = [token for token, _, _ in logprobs]
     answer = range(answer_start(tokens), len(tokens))
@@ -98,10 +114,20 @@ def yes_probability(
     token, logprob, top = logprobs[at]
     # the sampled token is among the alternatives unless top_logprobs was 0; count it once
     seen = {alt: lp for alt, lp in top}
-    seen.setdefault(token, logprob)
-    p_yes = sum(math.exp(lp) for alt, lp in seen.items() if _word(alt) in YES)
-    p_no = sum(math.exp(lp) for alt, lp in seen.items() if _word(alt) in NO)
+    if seen.get(token) is None:
+        seen[token] = logprob
+    judged = [(alt, lp) for alt, lp in seen.items() if _word(alt) in YES | NO]
+    if any(lp is None for _, lp in judged):
+        raise BadLogprobs("a yes/no token's logprob is missing or impossible (null, NaN, >0)")
+    p_yes = sum(math.exp(lp) for alt, lp in judged if _word(alt) in YES)
+    p_no = sum(math.exp(lp) for alt, lp in judged if _word(alt) in NO)
+    if p_yes + p_no == 0.0:
+        raise BadLogprobs("the yes/no tokens' probabilities are all 0 (-inf or underflow)")
     return p_yes / (p_yes + p_no)
+
+
+class BadLogprobs(ValueError):
+    """Logprobs at the judgement token that give no probability (`yes_probability`)."""
 
 
 def parse_grade(text: str, last: bool) -> int | None:
@@ -147,29 +173,46 @@ class PointwiseReranker:
         """One passage's judgement: its step (the call, the reading, the score)."""
         last = self.options["reason"]
         values = {"query": query, "passage": passage}
+        spent: list[dict[str, Any]] = []  # a logprobs call answered without them, if any
         if not self.provider_has_no_logprobs:
             messages = [{"role": "user", "content": self.judge_prompt.render(**values)}]
-            completion, call = await llm_call(self.ctx, "judge", messages, **self._params(True))
+            try:
+                completion, call = await llm_call(self.ctx, "judge", messages, **self._params(True))
+            except LLMReplyError as exc:
+                return _unusable(messages, str(exc))
             text, logprobs = completion.text, completion.logprobs
             if logprobs is not None:
-                score = yes_probability(logprobs, last)
-                note = None
+                outcome, note = "logprobs", None
+                try:
+                    score = yes_probability(logprobs, last)
+                except BadLogprobs as exc:
+                    score, outcome, note = None, "bad-logprobs", f"{exc}; read the text"
                 if score is None:  # the model wrote no yes/no: its text may still say
                     answer = parse_yes_no(text, last)
                     score = None if answer is None else float(answer)
-                    note = NO_JUDGEMENT if answer is None else "no yes/no token; read the text"
-                return _judged(call, text, score, "logprobs", note)
+                    if outcome == "logprobs":
+                        outcome = "no-judgement" if answer is None else "text"
+                        note = NO_JUDGEMENT if answer is None else "no yes/no token; read the text"
+                return {**_judged(call, text, score, "logprobs", note), "outcome": outcome}
             if self.options["judge"] == "logprobs":
                 raise RuntimeError(
                     f"{self.ctx.llm.model} returned no logprobs; use judge=grade or judge=auto"
                 )
             self.provider_has_no_logprobs = True
+            spent.append(call["usage"])
         messages = [{"role": "user", "content": self.grade_prompt.render(**values)}]
-        completion, call = await llm_call(self.ctx, "judge", messages, **self._params(False))
+        try:
+            completion, call = await llm_call(self.ctx, "judge", messages, **self._params(False))
+        except LLMReplyError as exc:
+            return _unusable(messages, str(exc), spent)
         text = completion.text
         grade = parse_grade(text, last)
         score = None if grade is None else grade / 3
-        return _judged(call, text, score, "grade", None if grade is not None else NO_JUDGEMENT)
+        step = _judged(call, text, score, "grade", None if grade is not None else NO_JUDGEMENT)
+        # every call counts: the one answered without logprobs too
+        usage = Usage.total(Usage.from_dict(u) for u in [*spent, call["usage"]])
+        return {**step, "outcome": "grade" if grade is not None else "no-judgement",
+                "usage": usage.to_dict()}  # fmt: skip
 
     async def rerank(
         self, query_id: str, query: str, ranking: Mapping[str, float]
@@ -196,6 +239,18 @@ def _judged(
         "note": note,
         **{k: v for k, v in call.items() if k != "node"},
     }
+
+
+def _unusable(
+    messages: list[dict], reason: str, spent: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The step of a judgement whose reply could not be read: no score (0 among ties)."""
+    usage = Usage.total([*(Usage.from_dict(u) for u in spent or ()), Usage.unread_call()])
+    return {
+        "reply": None, "score": None, "judged_by": None, "note": reason,
+        "outcome": "unusable-reply", "reason": reason, "messages": messages,
+        "output": None, "usage": usage.to_dict(),
+    }  # fmt: skip
 
 
 def build_pointwise(ctx: StageContext) -> PointwiseReranker:

@@ -24,7 +24,10 @@ figures come from) reranks the top 100 in one pass of windows of 20 moving up by
   the missing appended in their order (``receive_permutation`` L511-527). A digit that is not
   an ASCII number (``int`` fails) leaves the window as it was (L512-516).
 
-Each reply's outcome (`OUTCOMES`) is in its trace step and counted in the task's summary.
+Each reply's outcome (`OUTCOMES`) is in its trace step and counted in the task's summary. The
+reply is read whole: litellm moves a leading ``<think>...</think>`` into ``reasoning_content``,
+and it is put back (`agents.llm.responses.whole_reply`), so the pattern sees what the model
+wrote and the trace keeps the reasoning as received.
 The windows are ReasonRank's own loop (`windows`), which differs from RankGPT's and from
 ``llm-listwise``'s at the top of a list whose length is not a multiple of the step.
 """
@@ -35,9 +38,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from agents.llm.errors import LLMReplyError
 from agents.llm.steps import llm_call
 from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
+from eval.usage import Usage
 
 FAMILY = "reasonrank"
 PARTS = ("system", "passage", "rank")  # besides default.txt, the user turn's opening
@@ -60,6 +65,8 @@ OUTCOMES = {
     "open-answer": "no full pattern: the text after the last <answer> was read",
     "no-answer": "no <answer>: the digits of the whole reply were read (the original's path)",
     "unexpected": "a non-ASCII digit in the answer: the window kept its order",
+    "unusable-reply": "the reply could not be read as received (reason says why: not UTF-8, "
+    "no choices, emptied by the length limit): the window kept its order",
 }
 
 
@@ -178,8 +185,19 @@ class ReasonRankReranker:
         o = self.options
         for start, end in windows(len(order), o["depth"], o["window"], o["step"]):
             ids = order[start:end]
-            completion, call = await llm_call(self.ctx, "window", self.messages(query, ids))
-            permutation, outcome = receive_permutation(completion.text, len(ids))
+            messages = self.messages(query, ids)
+            try:
+                completion, call = await llm_call(self.ctx, "window", messages)
+            except LLMReplyError as exc:  # the window keeps its order
+                steps.append(unusable_window(start, end, ids, messages, str(exc)))
+                continue
+            from agents.llm.responses import whole_reply  # loaded with the client, already
+
+            # the reply as the model wrote it: litellm moves a leading <think>...</think>
+            # into reasoning_content, which ReasonRank's pattern (and the trace) needs
+            reply = whole_reply(completion)
+            call = {**call, "output": reply}
+            permutation, outcome = receive_permutation(reply, len(ids))
             order[start:end] = [ids[i] for i in permutation]
             steps.append({
                 "node": "window",
@@ -193,6 +211,17 @@ class ReasonRankReranker:
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
         return {"ranking": ranked(order), "steps": steps}
+
+
+def unusable_window(
+    start: int, end: int, ids: list[str], messages: list[dict], reason: str
+) -> dict[str, Any]:
+    """The step of a window whose reply could not be read: the window keeps its order."""
+    return {
+        "node": "window", "window": [start, end], "doc_ids": ids, "outcome": "unusable-reply",
+        "reason": reason, "permutation": list(range(1, len(ids) + 1)), "order": ids,
+        "messages": messages, "output": None, "usage": Usage.unread_call().to_dict(),
+    }  # fmt: skip
 
 
 def build_reasonrank(ctx: StageContext) -> ReasonRankReranker:
