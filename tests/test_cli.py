@@ -34,6 +34,12 @@ from eval.cli import INTERRUPTED
 REPO = Path(__file__).resolve().parents[1]
 
 
+def touched(path: Path) -> Path:
+    """``path``, an empty file: a command that checks its files exist reaches its reader."""
+    path.touch()
+    return path
+
+
 @dataclass(frozen=True)
 class Entry:
     main: Callable[[list[str]], int]
@@ -61,7 +67,7 @@ ENTRIES = {
         "agents.trace.find_record", INTERRUPTED, True,
     ),
     "eval.score": Entry(
-        eval.score.main, lambda d: ["--qrels", str(d / "qrels.txt"), str(d / "run.trec")],
+        eval.score.main, lambda d: ["--qrels", str(touched(d / "qrels.txt")), str(d / "run.trec")],
         "eval.score.read_qrels", INTERRUPTED, False,
     ),
     "eval.references": Entry(
@@ -162,7 +168,8 @@ BAD_INPUTS = {  # a real refusal of each command: no model is called
                       "{d}/nowhere: not a run folder (no config.json)"),
     "agents.sweep": (["{d}/nowhere.toml"], "{d}/nowhere.toml: cannot read"),
     "agents.trace": (["{d}/nowhere", "q1"], "{d}/nowhere: no <task>/queries.jsonl here"),
-    "eval.score": (["--qrels", "{d}/nowhere.txt", "{d}/run.trec"], "{d}/nowhere.txt: cannot read"),
+    "eval.score": (["--qrels", "{d}/nowhere.txt", "{d}/run.trec"],
+                   "--qrels {d}/nowhere.txt: no such file or folder, and not a task name"),
     "eval.references": (["show", "hyde/qwen-7b/bm2"], "close matches: hyde/qwen-7b/bm25"),
 }  # fmt: skip
 BAD_FLAGS = {  # a bad flag value, refused by the parser before the body runs

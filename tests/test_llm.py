@@ -329,6 +329,7 @@ def test_another_process_sees_the_same_cache(provider, tmp_path):
         "logprobs": None,
         "stop_reason": None,
         "tool_calls": None,
+        "reasoning": None,
     }
 
 

@@ -60,7 +60,9 @@ def test_a_query_gets_what_a_run_records_for_it(provider, tmp_path: Path):
     assert [(c["stage"], c["node"]) for c in result.calls] == [("agent", "generate")] + [
         ("rerank-1-llm-pointwise", "judge")
     ] * 5
-    assert result.usage.calls == 6 and result.usage.cached_calls == 0
+    # every call is counted: the scripted provider answers the first judgement's logprobs call
+    # without logprobs, so that judgement also asks for a grade (one step, two calls)
+    assert result.usage.calls == 7 and result.usage.cached_calls == 0
     assert list(result.generated.values()) == [PASSAGE]
 
     run = run_dataset(dataclasses.replace(cfg, limit=2), progress=False)
