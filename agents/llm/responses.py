@@ -71,8 +71,9 @@ def whole_reply(completion: Completion) -> str:
 
 
 def unreadable_reply(exc: BaseException | None) -> str | None:
-    """Why the server's reply could not be read as it was sent (its bytes are not UTF-8, or
-    not JSON), from the error's chain; None for any other failure."""
+    """Why the server's reply could not be read as it was sent (its bytes are not UTF-8, not
+    JSON, or not of the OpenAI schema, such as a null logprob), from the error's chain; None
+    for any other failure."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -81,6 +82,14 @@ def unreadable_reply(exc: BaseException | None) -> str | None:
             return f"the server's reply is not UTF-8 (byte {byte:#04x} at {exc.start})"
         if isinstance(exc, json.JSONDecodeError):
             return f"the server's reply is not JSON ({exc.msg} at {exc.pos})"
+        if type(exc).__name__ == "ValidationError" and hasattr(exc, "errors"):
+            # pydantic's, raised by litellm reading the reply into its response types
+            first = exc.errors()[0] if exc.errors() else {}
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            return (
+                f"the server's reply does not fit the OpenAI schema ({getattr(exc, 'title', '')}"
+                f" {where}: {first.get('msg', 'invalid')})"
+            )
         exc = exc.__cause__ or exc.__context__
     return None
 
