@@ -18,7 +18,6 @@ entry or joined model file. With ``progress``, what it is doing is shown on stde
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from agents.binding import binding
 from agents.config import RunConfig
 from agents.llm.dry import DryModel, Tally
 from agents.llm.tokens import price
+from agents.loop import run_sync
 from agents.plan import Plan, TaskPlan, prepare
 from agents.registry import STAGES
 from agents.runner import ranking_of
@@ -109,7 +109,7 @@ def estimate(config: RunConfig, progress: bool = False) -> Estimate:
         with transient("dry run: checking the run and loading its LLM stack ...", progress):
             plan = prepare(config, dry=dry)
             state = run_state(plan)
-        stages = asyncio.run(_estimate(plan, dry, state == MEASURED, progress))
+        stages = run_sync(_estimate(plan, dry, state == MEASURED, progress))
         tokenizers = dry.tokenizers()
     finally:
         dry.close()

@@ -12,11 +12,9 @@ agents.run` and `agents.sweep` are thin layers over `run`.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -29,6 +27,7 @@ from filelock import FileLock, Timeout
 from agents.binding import binding, differences
 from agents.config import RunConfig, default_run_name
 from agents.generations import describe as describe_generations
+from agents.loop import run_sync
 from agents.naming import llm_free, run_label
 from agents.plan import Plan, RunError, TaskPlan, describe_sampling, prepare
 from agents.registry import STAGES
@@ -101,7 +100,7 @@ def run(
     called; a missing or rejected API key raises `agents.llm.LLMAuthError` after keeping every
     finished query. `on_task` is called as each task finishes.
     """
-    return asyncio.run(arun(config, overwrite=overwrite, progress=progress, on_task=on_task))
+    return run_sync(arun(config, overwrite=overwrite, progress=progress, on_task=on_task))
 
 
 async def arun(
@@ -112,15 +111,9 @@ async def arun(
     on_task: Callable[[TaskResult], None] | None = None,
 ) -> RunResult:
     started = time.perf_counter()
-    try:
-        plan = prepare(config)
-        warn_unsent(plan)
-        return await _arun(plan, overwrite, progress, on_task, started)
-    finally:
-        if "litellm" in sys.modules:  # its HTTP sessions, if a run opened any
-            from agents.llm.client import close_clients
-
-            await close_clients()
+    plan = prepare(config)
+    warn_unsent(plan)
+    return await _arun(plan, overwrite, progress, on_task, started)
 
 
 def warn_unsent(plan: Plan) -> None:

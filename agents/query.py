@@ -15,14 +15,12 @@ script and a notebook. `await arun_query(...)` runs it on the caller's loop inst
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from agents.config import RunConfig
+from agents.loop import run_sync
 from agents.pipeline import agent_graph, final_run, stage_graph, warn_unsent
 from agents.plan import Plan, RunError, TaskPlan, prepare
 from agents.run_file import first_stage_records
@@ -115,15 +113,7 @@ def run_query(
     (`RunError`, `eval.datasets.DataError`, `prompts.PromptError`: one-line ValueErrors).
     A query's own failure is not raised: it is the result's ``error``, as a run records it.
     """
-    coro = arun_query(config, query_id, text=text, task=task, progress=progress)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    # A loop runs in this thread (a notebook's): asyncio.run cannot nest in it, so the query
-    # gets a loop of its own in a worker thread, and this call waits for it.
-    with ThreadPoolExecutor(1, thread_name_prefix="run_query") as pool:
-        return pool.submit(asyncio.run, coro).result()
+    return run_sync(arun_query(config, query_id, text=text, task=task, progress=progress))
 
 
 async def arun_query(
@@ -143,17 +133,11 @@ async def arun_query(
             "run_query does not rerank a finished run (source_run); give its stage's run.trec "
             "as run_file instead"
         )
-    try:
-        plan = prepare(config)
-        warn_unsent(plan)
-        tp = _task_plan(plan, task)
-        qid, query = _the_query(tp, query_id, text)
-        stages = await _stages(plan, tp, qid, query, progress)
-    finally:
-        if "litellm" in sys.modules:  # its HTTP sessions, as a run closes them
-            from agents.llm.client import close_clients
-
-            await close_clients()
+    plan = prepare(config)
+    warn_unsent(plan)
+    tp = _task_plan(plan, task)
+    qid, query = _the_query(tp, query_id, text)
+    stages = await _stages(plan, tp, qid, query, progress)
     prompts = dict(plan.config.recorded.prompts)
     return QueryResult(qid, query, tp.folder, stages, prompts, plan.config,
                        round(time.perf_counter() - started, 3))  # fmt: skip

@@ -1,9 +1,9 @@
-"""The library face: `agents.run_query` on one query, the packages' exports, docs/python.md.
+"""The library face: `agents.run_query` on one query, and the packages' exports.
 
 `run_query`'s promise is the run's code path without the run folder: on a query of a task it
 gives the ranking (every stage's) and the figures that query gets in a run of the same config.
-The unit tests check that with the scripted model; the doc's session runs as written, with
-the embedded model.
+The unit tests check that with the scripted model; docs/python.md runs with the embedded model
+as a notebook (tests/test_python_notebook.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,6 @@ import pytest
 from agents import QueryResult, RunConfig, arun_query, from_settings, run_dataset, run_query
 from agents.llm import scripted
 from agents.plan import RunError
-from eval import evaluate_run
 from eval.runs import StageFolder, TaskFolder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,49 +166,3 @@ def test_every_exported_name_resolves_and_none_is_shadowed_by_a_module():
     assert agents.run_dataset is run and callable(eval.evaluate_run)
     with pytest.raises(AttributeError):
         agents.no_such_name  # noqa: B018
-
-
-# --- docs/python.md, run as written ------------------------------------------------------------
-
-
-def doc_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.DOTALL | re.MULTILINE)
-
-
-@pytest.mark.slow
-def test_the_python_doc_runs_as_written(
-    tmp_path: Path, models_cache: Path, monkeypatch: pytest.MonkeyPatch, capsys
-):
-    monkeypatch.chdir(tmp_path)  # the override file and the run go where the reader is
-    monkeypatch.setenv("R2MED_AGENTS_CACHE", str(models_cache))
-    blocks = doc_blocks()
-    assert len(blocks) == 8
-    ns: dict = {}
-    for i, block in enumerate(blocks):
-        exec(compile(block, f"{DOC.name} block {i + 1}", "exec"), ns)
-        if i < 6:  # run_query writes no run folder; only the seventh block runs
-            assert not (tmp_path / "runs").exists(), f"block {i + 1} wrote a run folder"
-    out = capsys.readouterr().out.splitlines()
-
-    result, other, again = ns["result"], ns["other"], ns["again"]
-    assert result.config.llm.model == "local/smollm2-135m" and result.error is None
-    # the two variants sent different prompts, and each result records the one it sent
-    assert result.calls[0]["messages"] != other.calls[0]["messages"]
-    assert other.calls[0]["messages"][-1]["content"].startswith("Write a textbook paragraph")
-    assert set(result.prompts.values()) != set(other.prompts.values())
-    # the cache made the second call free, with the same reply and ranking
-    assert (again.usage.calls, again.usage.cached_calls, again.usage.cost) == (1, 1, 0.0)
-    assert again.calls[0]["output"] == result.calls[0]["output"]
-    # the result's figures are the evaluator's for that ranking
-    qrels = ns["task"].qrels["q01"]
-    direct = evaluate_run({"q01": qrels}, {"q01": dict(result.ranking)}).per_query["q01"]
-    assert result.metrics == direct == ns["scores"].per_query["q01"]
-    # and a run of the same config recorded the same ranking for the query
-    record = ns["run"].tasks["demo"].records["q01"]
-    assert [(d, s) for d, s in record["ranking"]] == result.ranking
-    assert out[-2] == "True" and out.count("True") == 2  # the cache block's and the run's
-    # the folder's summary of the task, read back typed, is the one the run returned
-    summary = ns["summary"]
-    assert summary == ns["run"].tasks["demo"].summary and summary.queries == 1
-    shown = [str(summary.metrics["NDCG@10"]), "1", str(summary.usage["calls"]), "agent"]
-    assert out[-1].split() == shown

@@ -47,7 +47,6 @@ from typing import Any
 
 from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.llm.errors import LLMReplyError
-from agents.llm.responses import logprob_value
 from agents.llm.steps import llm_complete_call
 from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.reasonrank import load_tokenizer
@@ -107,6 +106,8 @@ def read_true(logprobs: Logprobs | None) -> tuple[float | None, str]:
     if TRUE not in seen or FALSE not in seen:
         return None, "absent"
     # impossible values (NaN, above 0) are missing, however the logprobs were decoded
+    from agents.llm.responses import logprob_value  # imports litellm: not at naming the stage
+
     lp_true, lp_false = logprob_value(seen[TRUE]), logprob_value(seen[FALSE])
     if lp_true is None or lp_false is None or lp_true == lp_false == -math.inf:
         return None, "bad-logprobs"
