@@ -170,13 +170,27 @@ def check_servers(config: RunConfig) -> None:
 
 
 def check_first(config: RunConfig) -> None:
-    """The refusals decided from flags and the environment alone, before the checks that
-    import litellm (seconds): a common provider's key unset, a dataset no folder, no name and
-    no hub copy answers, offline."""
+    """The refusals decided from flags, files and the environment alone, before the checks
+    that import litellm (seconds): a common provider's key unset, a dataset no folder, no name
+    and no hub copy answers, offline, and a model that is not there or not whole."""
     for model, api_base in config.llm_targets() if config.llm is not None else ():
         if missing := known_missing_keys(model, api_base):
             raise ValueError(missing_key_line(model, missing))
     check_tasks(config.dataset, Path(config.cache_dir or default_cache_dir()).expanduser())
+    check_models(config)
+
+
+def check_models(config: RunConfig) -> None:
+    """Every model the run loads from a folder or the hub (dense retrievers, cross-encoders,
+    tokenizers) is there and whole, or reachable: else one line naming it, before any work."""
+    from retrievers.model_source import NEEDS, check_model_source, check_retriever_models
+
+    check_retriever_models(config.retriever)
+    for stage in config.rerank:
+        for option, kind in STAGES[stage.kind].models.items():
+            name = str(stage.options.get(option) or "").strip()
+            if name:
+                check_model_source(name, f"--rerank {stage.kind} option {option}", NEEDS[kind])
 
 
 def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:

@@ -66,6 +66,9 @@ class StageSpec:
     check_options: Callable[[dict[str, Any]], None] | None = None
     llm_nodes: tuple[str, ...] = ()  # the nodes its calls are made under (agents.llm.sampling)
     worst_case: str | Callable[..., Any] | None = None  # as AgentSpec's
+    # options naming a model loaded from a folder or the hub, and what it is ("model" or
+    # "tokenizer"): checked before any work (retrievers.model_source)
+    models: Mapping[str, str] = field(default_factory=dict)
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.builder)(ctx)

@@ -31,7 +31,8 @@ Decisions worth knowing:
   bundles the weights; loading a local directory makes no network call (checked with sockets
   blocked and HF_HUB_OFFLINE=0), so HF_HUB_OFFLINE is left alone: setting it here would also
   switch off ``eval.datasets``' hub downloads. Hub names load as transformers does, so set
-  HF_HUB_OFFLINE=1 yourself to use only the local hub cache.
+  HF_HUB_OFFLINE=1 yourself to use only the local hub cache; a run checks every model before
+  any work (`retrievers.model_source`), and a load that fails anyway is one line naming it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from .families import (
     family_for,
     instructions_for,
 )
+from .model_source import loading
 
 logger = logging.getLogger(__name__)
 
@@ -361,7 +363,10 @@ def build_dense(
     dtype = resolve_dtype(dtype, chosen)
     device = resolve_device(device)
     # a big model takes a while to load; taken back after, so a refusal is still one line
-    with transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress):
+    with (
+        transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress),
+        loading(f"dense:{model}", load_path),
+    ):
         if chosen.loader == "sentence-transformers":
             st = load_sentence_transformer(load_path, dtype, max_length, device)
             encode = prefixing(sentence_transformer_encoder(st, batch_size))

@@ -372,6 +372,13 @@ def _nv_model(load_path: str, dtype: str, device: str) -> Any:
 def nv_encoder(load: Load) -> Encoder:
     """NVEmbedModel (R2MED src/utils.py L611-679): the model's own encode, normalised."""
     model = _nv_model(load.path, load.dtype, load.device)
+    if not callable(getattr(model, "encode", None)):  # loaded, but not as NV-Embed's class
+        raise ValueError(
+            f"dense: {load.path} loaded as {type(model).__name__}, which has no encode(): the "
+            f"{load.family.name} family encodes with NV-Embed's own model class, from the code "
+            "its repository ships (config.json's auto_map); pick this model's family with "
+            "--dense-family"
+        )
     length = load.length("doc")
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:

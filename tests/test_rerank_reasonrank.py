@@ -295,6 +295,6 @@ def test_a_tokenizer_that_does_not_load_stops_the_run_before_any_call(
         "--cache-dir", str(tmp_path / "cache"), "--run-name", "t", "--quiet",
     ])  # fmt: skip
     err = capsys.readouterr().err
-    assert status == 2 and provider.calls == 0
-    assert f"option tokenizer={missing}: no tokenizer loads from it" in err
+    assert status == 2 and provider.calls == 0 and not (tmp_path / "runs").exists()
+    assert f"--rerank {kind} option tokenizer: {missing}: no such folder" in err
     assert "Traceback" not in err

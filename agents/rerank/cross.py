@@ -62,6 +62,7 @@ from agents.rerank.r2med_rerankers import (
 )
 from agents.specs import StageSpec
 from retrievers.config import DEVICE_FORMS, is_device
+from retrievers.model_source import loading
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ CROSS = StageSpec(
     uses_llm=False,
     defaults=DEFAULTS,
     check_options=check_options,
+    models={"model": "model", "base": "model"},
 )
 
 
@@ -235,10 +237,11 @@ class CrossStage:
 
     def model(self):
         scoring = self.scoring()
-        if scoring.rule == ST:
-            return load_cross_encoder(self.load_path, self.max_length, self.device)
-        return load_scorer(scoring.rule, self.load_path, scoring.base_path, self.max_length,
-                           self.device)  # fmt: skip
+        with loading(f"--rerank cross model={self.model_name}", self.load_path):
+            if scoring.rule == ST:
+                return load_cross_encoder(self.load_path, self.max_length, self.device)
+            return load_scorer(scoring.rule, self.load_path, scoring.base_path, self.max_length,
+                               self.device)  # fmt: skip
 
     def key_prefix(self) -> dict[str, Any]:
         """What names the model in a score's key: its id, its weights' revision, the max

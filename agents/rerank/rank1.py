@@ -289,4 +289,5 @@ RANK1 = StageSpec(
     prompts=(FAMILY, QUERY_FAMILY),
     defaults=DEFAULTS,
     check_options=check_options,
+    models={"tokenizer": "tokenizer"},
 )

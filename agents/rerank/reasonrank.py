@@ -237,4 +237,5 @@ REASONRANK = StageSpec(
     prompts=(FAMILY,),
     defaults=DEFAULTS,
     check_options=check_options,
+    models={"tokenizer": "tokenizer"},
 )
