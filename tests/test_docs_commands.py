@@ -1,11 +1,14 @@
-"""Every command in the fenced bash blocks of README.md, docs/usage.md and docs/experiments.md.
+"""Every command in the fenced bash blocks of README.md, docs/usage.md, docs/experiments.md and
+docs/serving.md.
 
 Each `python -m <ours>` command is parsed by its real command line's parser (a flag that does
 not exist, or a value it refuses, fails here) and, for agents.run, turned into its run's
 configuration. Those that can run here, offline and cheaply, are run as written in a folder laid
 out as a clone (``docs/`` and ``../shared`` where the docs expect them) with exit status 0: the
 runs they read are made first, on the demo with a scripted model, under the names the docs use.
-A run that calls the embedded model is run as its ``--dry-run``. Every other command is in
+A run that calls the embedded model is run as its ``--dry-run``; a retrieval server the docs
+start is started (on a free port of 127.0.0.1) until it answers ``/health``. Every other command
+is in
 `NOT_RUN` with the reason, and a command there that the docs no longer show fails the test.
 (tests/test_readme.py checks the README's other promises: its front page, figures and Python.)
 """
@@ -26,7 +29,7 @@ import pytest
 from agents.llm import scripted
 from tests.helpers import REPO, SCIFACT
 
-DOCS = ["README.md", "docs/usage.md", "docs/experiments.md"]
+DOCS = ["README.md", "docs/usage.md", "docs/experiments.md", "docs/serving.md"]
 SCIFACT_ARG = "../shared/data/scifact"
 
 # command (as `commands` normalises it) -> why it is not run here
@@ -76,6 +79,60 @@ NOT_RUN = {
             "IIYi-Clinical",
         )
     },  # fmt: skip
+}
+VLLM = "needs vLLM and a GPU"
+NOT_RUN |= {
+    "vllm serve Qwen/QwQ-32B --served-model-name QwQ-32B --tensor-parallel-size 4 "
+    "--max-model-len 32768 --port 8000": VLLM,
+    "python -m agents.run --agent search-o1 --dataset r2med --preset paper --model "
+    "hosted_vllm/QwQ-32B --api-base http://localhost:8000/v1 --server vllm --retriever "
+    "dense:nvidia/NV-Embed-v2 --trust-remote-code --concurrency 32 --dry-run": HUB
+    + "; NV-Embed-v2 from the hub",
+    "vllm serve PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo --served-model-name "
+    "SearchR1-qwen2.5-7b-it-em-ppo --port 8001": VLLM,
+    "python -m agents.run --agent search-r1 --dataset r2med --preset paper --model "
+    "hosted_vllm/SearchR1-qwen2.5-7b-it-em-ppo --api-base http://localhost:8001/v1 --server "
+    "vllm --retriever dense:nvidia/NV-Embed-v2 --trust-remote-code": HUB + "; " + VLLM,
+    "vllm serve Qwen/Qwen3-32B --served-model-name qwen3 --tensor-parallel-size 4 "
+    "--enable-auto-tool-choice --tool-call-parser hermes --port 8002": VLLM,
+    "python -m agents.run --agent tool-search --dataset r2med --model hosted_vllm/qwen3 "
+    "--api-base http://localhost:8002/v1 --server vllm": HUB + "; " + VLLM,
+    "python -m agents.run --agent search-o1 --dataset r2med --model hosted_vllm/qwq --server "
+    "vllm --api-base http://node1:8000/v1,http://node2:8000/v1,http://node3:8000/v1 --routing "
+    "least-busy --concurrency 96": HUB + "; needs three vLLM nodes",
+    "llama-server -m qwen2.5-7b-instruct-q4_k_m.gguf --port 8080 -c 16384": "llama.cpp's own "
+    "server binary and a 7B file (tests/test_llamacpp_server.py serves the embedded model)",
+    "python -m agents.run --agent search-o1 --model openai/qwen --api-base "
+    "http://localhost:8080/v1 --server llamacpp": "needs the llama-server above "
+    "(tests/test_llamacpp_server.py runs search-o1 against llama_cpp.server)",
+    "llama-server -m model.gguf --port 8080 -c 4096 -b 128 -ub 128 -np 1": "llama.cpp's own "
+    "server binary",
+    "python -m llama_cpp.server --model model.gguf --port 8080 --n_ctx 4096 --n_batch 128 "
+    "--n_ubatch 128": "model.gguf is a placeholder (tests/test_llamacpp_server.py starts it "
+    "with these settings on the embedded model's file)",
+    "vllm serve nvidia/NV-Embed-v2 --task embed --trust-remote-code --port 8002": VLLM,
+    "python -m agents.run --agent none --dataset r2med --retriever api:openai/nvidia/NV-Embed-v2 "
+    "--embed-api-base http://localhost:8002/v1 --embed-batch-size 64": HUB + "; " + VLLM,
+    "export R2MED_SERVE_TOKEN=$(python -c import secrets; print(secrets.token_urlsafe(32)))": (
+        "sets a secret for the server after it"
+    ),
+    "python -m retrievers.serve --dataset demo --retriever bm25 --host 0.0.0.0 --port 8000": (
+        "binds every interface (the same server on 127.0.0.1 is the command before it)"
+    ),
+    "python -m retrievers.serve --dataset demo --retriever bm25 --mcp --transport http --port "
+    "8001": "started with a token by tests/test_serving_docs_mcp.py, which runs the section's "
+    "clients against it",
+    "python -m retrievers.serve --dataset demo --retriever bm25 --mcp": "a stdio server: its "
+    "client starts it (tests/test_serving_docs_mcp.py runs that client)",
+    "python bench/serve_bench.py": "~100 s; its --smoke run is in tests/test_bench.py",
+    "vllm serve PeterJinGo/SearchR1-nq_hotpotqa_train-qwen2.5-7b-it-em-ppo --served-model-name "
+    "SearchR1-qwen2.5-7b-it-em-ppo --port 8001 --gpu-memory-utilization 0.6": VLLM,
+    "python -m retrievers.serve --dataset r2med --retriever dense:BAAI/bge-large-en-v1.5 "
+    "--device cuda --host 0.0.0.0 --port 8000": HUB + "; needs a GPU",
+    "python -m agents.run --agent search-r1 --dataset Biology --preset paper --model "
+    "hosted_vllm/SearchR1-qwen2.5-7b-it-em-ppo --server vllm --api-base "
+    "http://gpu-box:8001/v1,http://gpu-box2:8001/v1 --routing least-busy --retriever "
+    "remote:http://gpu-box:8000 --concurrency 32": HUB + "; needs the servers on gpu-box",
 }
 # the run folders the docs' commands read, made first on the demo: name -> agent
 SEED_RUNS = {
@@ -130,7 +187,10 @@ def key(argv: list[str]) -> str:
 
 
 COMMANDS = commands()
-OURS = [(d, a) for d, a in COMMANDS if a[:2] == ["python", "-m"] and a[2] != "pytest"]
+OURS = [  # the commands of this project's own modules
+    (d, a) for d, a in COMMANDS
+    if a[:2] == ["python", "-m"] and a[2].split(".")[0] in ("agents", "eval", "retrievers")
+]  # fmt: skip
 
 
 def test_the_docs_have_commands_and_the_not_run_list_names_only_commands_they_show():
@@ -229,6 +289,9 @@ def test_each_command_that_can_run_here_runs_as_written(argv, clone, request):
     if SCIFACT_ARG in argv:
         request.getfixturevalue("scifact_dir")  # the shared data beside the repo, or a skip
     command = key(argv)
+    if argv[:3] == ["python", "-m", "retrievers.serve"]:  # a server: until it answers
+        serve_until_healthy(argv, clone)
+        return
     if argv[:2] == ["python", "-m"]:
         argv = [sys.executable, *argv[1:]]
         if argv[2] == "agents.run" and command.startswith(tuple(f"python -m agents.run {a}"
@@ -241,3 +304,34 @@ def test_each_command_that_can_run_here_runs_as_written(argv, clone, request):
         done = subprocess.run(shell, shell=True, cwd=clone["work"], env=clone["env"],
                               capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, f"{command}:\n{done.stderr[-2000:]}"
+
+
+def serve_until_healthy(argv: list[str], clone: dict) -> None:
+    """Start the server as written, on a free port of 127.0.0.1 instead of the one shown (so
+    that nothing else on the machine answers for it), until its /health answers 200."""
+    import socket
+    import time
+    import urllib.request
+
+    from tests.helpers import stop_process
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = [sys.executable, *argv[1:]]
+    args[args.index("--port") + 1] = str(port)
+    proc = subprocess.Popen(args, cwd=clone["work"], env=clone["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"{key(argv)}: exited {proc.returncode}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    assert r.status == 200
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError(f"{key(argv)}: no answer on /health in 120 s")
+    finally:
+        stop_process(proc)
