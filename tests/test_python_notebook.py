@@ -42,6 +42,14 @@ print(_json.dumps({
 """
 
 
+# A run with progress on, in the kernel: its bars must be tqdm's notebook widgets.
+BARS_CELL = """
+from agents import from_settings as _settings, run_dataset as _run
+_run(_settings({"agent": "none", "dataset": "demo", "limit": 3, "run_name": "bars"}))
+"""
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
 def doc_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.DOTALL | re.MULTILINE)
 
@@ -74,7 +82,7 @@ def test_the_python_doc_runs_as_a_notebook_in_a_real_kernel(
     monkeypatch.setenv("R2MED_AGENTS_CACHE", str(models_cache))  # the kernel inherits it
     blocks = doc_blocks()
     assert len(blocks) == 8
-    nb = notebook([*blocks, CHECK_CELL])
+    nb = notebook([*blocks, CHECK_CELL, BARS_CELL])
     # the kernel of this Python (jupyter_client starts "python" as sys.executable), over local
     # sockets rather than TCP
     kernel = KernelManager(kernel_name="python3", transport="ipc",
@@ -86,7 +94,7 @@ def test_the_python_doc_runs_as_a_notebook_in_a_real_kernel(
     for i, cell in enumerate(nb.cells):
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
         assert not errors, f"cell {i + 1}: {errors}"
-    facts = json.loads(stdout_of(nb.cells[-1]))
+    facts = json.loads(stdout_of(nb.cells[-2]))
     # the kernel is this Python (jupyter_client starts "python" as sys.executable), and a loop
     # ran in it all along: what asyncio.run cannot nest in
     assert Path(facts.pop("python")).resolve() == Path(sys.executable).resolve()
@@ -110,3 +118,7 @@ def test_the_python_doc_runs_as_a_notebook_in_a_real_kernel(
     assert summary[1:] == ["1", summary[2], "agent"] and float(summary[0]) >= 0
     # run_dataset ran inside the kernel's loop, so its folder is there
     assert (tmp_path / "runs").is_dir()
+    # progress in a kernel: widgets, not bars drawn as text lines on stderr
+    bars = nb.cells[-1].outputs
+    assert any(WIDGET in o.get("data", {}) for o in bars), bars
+    assert not any("\r" in o.get("text", "") or "it/s]" in o.get("text", "") for o in bars)
