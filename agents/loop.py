@@ -43,11 +43,11 @@ _loop: asyncio.AbstractEventLoop | None = None
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     """``coro``'s result, whether or not an event loop runs in this thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        if threading.current_thread() is threading.main_thread() and _loop is None:
-            return asyncio.run(_then_close_clients(coro))
+    # decided outside any `except` block: one active there would become the __context__ of
+    # every exception the run raises, and hide their causes (an unreadable reply's)
+    main = threading.current_thread() is threading.main_thread()
+    if main and _loop is None and not _loop_running():
+        return asyncio.run(_then_close_clients(coro))
     started, finished = threading.Event(), threading.Event()
 
     async def tracked() -> T:
@@ -70,6 +70,14 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
             if started.is_set():
                 finished.wait(UNWIND_S)
         raise
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 async def _then_close_clients(coro: Coroutine[Any, Any, T]) -> T:

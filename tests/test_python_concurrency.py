@@ -176,3 +176,60 @@ def test_a_keyboard_interrupt_raised_inside_a_call_leaves_the_loop_serving():
         with pytest.raises(KeyboardInterrupt):
             pool.submit(run_sync, interrupted()).result()
         assert pool.submit(run_sync, fine()).result(timeout=10) == "served"
+
+
+class Unreadable(BaseHTTPRequestHandler):
+    """A ranking whose bytes are not UTF-8: a reply no stage can read."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({
+            "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "[2] > [1] X"}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }).encode().replace(b" X", b" \xe9")  # fmt: skip
+        send_body(self, body)
+
+
+def test_an_unreadable_reply_is_the_same_named_outcome_in_a_script_a_thread_and_the_cli(
+    tmp_path, monkeypatch
+):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Unreadable)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    flags = ["--agent", "none", "--dataset", "demo", "--limit", "1", "--quiet",
+             "--rerank", "reasonrank,depth=5", "--rerank-model", "openai/m",
+             "--rerank-api-base", url]  # fmt: skip
+
+    def settings(name: str) -> dict:
+        return {"agent": "none", "dataset": "demo", "limit": 1, "run_name": name,
+                "rerank": ["reasonrank,depth=5"], "rerank_model": "openai/m",
+                "rerank_api_base": url, "runs_dir": str(tmp_path / "runs"),
+                "cache_dir": str(tmp_path / name)}  # fmt: skip
+
+    def outcomes(result) -> dict:
+        return result.tasks["demo"].summary.to_dict()["outcomes"]
+
+    try:
+        script = outcomes(run_dataset(from_settings(settings("script")), progress=False))
+        with ThreadPoolExecutor(1) as pool:
+            threaded = outcomes(pool.submit(run_dataset, from_settings(settings("thread")),
+                                            progress=False).result())  # fmt: skip
+        done = subprocess.run([sys.executable, "-m", "agents.run", *flags, "--run-name", "cli",
+                               "--runs-dir", str(tmp_path / "runs"), "--cache-dir",
+                               str(tmp_path / "cli")], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert script == threaded == {"rerank-1-reasonrank": {"unusable-reply": 1}}
+    assert done.returncode == 0, done.stderr
+    cli = json.loads((tmp_path / "runs" / "cli" / "demo" / "metrics.json").read_text())
+    assert cli["outcomes"] == script
