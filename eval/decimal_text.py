@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _NON_FINITE = ("nan", "inf", "infinity")
 _INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
@@ -36,4 +36,7 @@ def parse_int(text: str) -> int:
     """``text`` as an integer: an optional sign and ASCII digits, nothing else."""
     if not _INTEGER.fullmatch(text):
         raise ValueError("expected an integer (ASCII digits)")
-    return int(text)
+    try:
+        return int(text)
+    except ValueError:  # longer than Python converts (sys.get_int_max_str_digits)
+        raise ValueError(f"expected an integer, got one of {len(text):,} digits") from None

@@ -39,6 +39,22 @@ def test_integers_are_ascii_digits(text):
     assert parse_int("-12") == -12 and parse_int("007") == 7
 
 
+@pytest.mark.parametrize("reader", [parse_float, parse_int])
+def test_a_megabyte_of_digits_is_read_or_refused_in_linear_time(reader):
+    """A pattern that backtracks (digits, an optional point, digits) took 41 s on 40,000
+    digits and never ended on a megabyte; and an integer longer than Python converts is a
+    reader's refusal, not Python's message about sys.set_int_max_str_digits."""
+    import time
+
+    started = time.monotonic()
+    for text in ("9" * 1_000_000 + "x", "9" * 1_000_000):
+        try:
+            reader(text)
+        except ValueError as e:
+            assert "set_int_max_str_digits" not in str(e) and len(str(e)) < 80
+    assert time.monotonic() - started < 2
+
+
 @pytest.mark.parametrize("score", ["1_000", "١٢", "nan", "inf", "-inf", "1e400", "0x10"])
 def test_a_run_file_score_python_would_take_is_refused_naming_line_and_field(tmp_path, score):
     path = tmp_path / "run.trec"
