@@ -36,12 +36,14 @@ _PUBLIC_NAMES = frozenset(
     "LESSKEYIN".split()
 )
 _PUBLIC_PREFIXES = ("XDG_", "LC_")
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")  # no backtracking
 
 # name: value and name=value pairs in free text (query strings, headers, JSON); a pair is
 # masked when `is_credential_name` says its name is a credential's
+# A name is matched from the start of its run of name characters, and whole (possessive):
+# tried from every "_" inside a long run, the pattern took quadratic time (74 s on 80 KB).
 _PAIR = re.compile(
-    r"(?P<key>(?<![A-Za-z0-9])[A-Za-z0-9][A-Za-z0-9_-]*)(?![A-Za-z0-9])"
+    r"(?<![A-Za-z0-9_-])(?P<pre>[_-]*)(?P<key>[A-Za-z0-9][A-Za-z0-9_-]*+)"
     r"(?P<sep>[\"']?\s*(?:=|:)\s*[\"']?)(?P<value>[^\s&\"',;]+)"
 )
 _BEARER = re.compile(r"(?P<scheme>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
@@ -83,11 +85,12 @@ def secret_values() -> dict[str, str]:
 
 
 def _mask_pair(m: re.Match[str]) -> str:
+    name = f"{m['pre']}{m['key']}{m['sep']}"
     if not is_credential_name(m["key"]):  # its value may hold a pair: `a=token=x`
-        return f"{m['key']}{m['sep']}{_PAIR.sub(_mask_pair, m['value'])}"
+        return f"{name}{_PAIR.sub(_mask_pair, m['value'])}"
     if _is_existing_path(m["value"]):  # `pwd: /work/run` is a folder, not a password
         return m[0]
-    return f"{m['key']}{m['sep']}{MASK}"
+    return f"{name}{MASK}"
 
 
 def redact(text: str, extra: tuple[str, ...] = ()) -> str:

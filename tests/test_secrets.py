@@ -958,3 +958,19 @@ def test_a_weak_token_does_not_guard_an_address_off_loopback(capsys, monkeypatch
         "machines): a token there is at least 16 characters of printable ASCII with no space or "
         "line end; make one with python -c 'import secrets; print(secrets.token_urlsafe(32))'\n"
     )
+
+
+def test_masking_a_long_text_takes_linear_time():
+    """Tried from every "_" of a long run of name characters, the pair pattern took 74 s on
+    80 KB of "a_a_..."; an error text quoting a long reply must not stall a run."""
+    import time
+
+    from agents.secrets import redact
+
+    started = time.monotonic()
+    for text in ("a_" * 400_000, "x-" * 400_000 + "=v", "9" * 1_000_000 + "x"):
+        redact(text)
+    assert time.monotonic() - started < 5
+    assert redact("--api-key=sk-abc123456789 x_token: abcdefgh12345") == (
+        "--api-key=*** x_token: ***"
+    )
