@@ -45,7 +45,9 @@ _DESCRIPTOR_WORDS = frozenset(
 )
 _NAME_WORD = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")  # OPENAI_API_KEY, apiKey
 # A URL in free text (an error message): scheme://, then up to a space or a quote
-URL_IN_TEXT = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s\"'`]+")
+# from the start of a run of scheme characters, taken whole: tried from each of its letters, a
+# long run without "://" took quadratic time
+URL_IN_TEXT = re.compile(r"(?<![a-zA-Z0-9+.-])[a-zA-Z][a-zA-Z0-9+.-]*+://[^\s\"'`]+")
 
 
 def _words(name: str) -> list[str]:
