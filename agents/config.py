@@ -38,6 +38,7 @@ from eval.argtypes import (
     optional,
     positive_float,
     positive_int,
+    server_urls,
     unit_float,
 )
 from eval.decimal_text import parse_float, parse_int
@@ -57,6 +58,7 @@ class ConfigError(ValueError):
 # each field's rule, the one its flag applies to its text too (agents.settings.SETTINGS); every
 # field is also checked against its annotation (eval.argtypes.check_fields)
 _LLM_RULES = {
+    "api_base": optional(server_urls),
     "preset": one_of(PRESETS),
     "temperature": optional(non_negative_float),
     "max_tokens": optional(positive_int),
@@ -151,6 +153,11 @@ class StageConfig:
             raise ConfigError(f"rerank: unknown stage {self.kind!r}; known: {known}")
         spec = STAGES[self.kind]
         object.__setattr__(self, "options", typed_options(spec, self.options, "rerank"))
+        if self.options.get("api_base"):
+            try:
+                server_urls(self.options["api_base"])
+            except ValueError as e:
+                raise ConfigError(f"rerank {self.kind} api_base: {e}") from None
 
 
 @dataclass(frozen=True)

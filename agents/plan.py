@@ -183,7 +183,8 @@ def check_first(config: RunConfig) -> None:
 def check_models(config: RunConfig) -> None:
     """Every model the run loads from a folder or the hub (dense retrievers, cross-encoders,
     tokenizers) is there and whole, or reachable: else one line naming it, before any work."""
-    from retrievers.model_source import NEEDS, check_model_source, check_retriever_models
+    from retrievers.model_source import NEEDS, check_model_source
+    from retrievers.search import check_models as check_retriever_models
 
     check_retriever_models(config.retriever)
     for stage in config.rerank:

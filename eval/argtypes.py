@@ -103,6 +103,30 @@ def on_off(value: object) -> bool:
     raise CheckError(f"expected on or off, got {quoted(value)}")
 
 
+def server_urls(value: object) -> str:
+    """An ``http(s)://host[:port][/path]`` URL, or several joined by commas (replicas): a
+    server address without its scheme would be sent nowhere and retried as an outage."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str) or not value.strip():
+        raise CheckError(f"expected a URL, got {quoted(mask_urls(str(value)))}")
+    for url in (u.strip() for u in value.split(",")):
+        try:
+            parts = urlsplit(url)
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:
+            port_ok = False
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or (
+            not port_ok
+        ):  # fmt: skip
+            raise CheckError(
+                f"expected http://HOST:PORT[/v1] (or several joined by commas), got "
+                f"{quoted(mask_urls(url))}"
+            )
+    return value
+
+
 def optional(checker: Callable[[object], object]) -> Callable[[object], object]:
     """``checker`` for a setting that may also be None (unset)."""
     return lambda value: None if value is None else checker(value)

@@ -37,6 +37,7 @@ from eval.argtypes import (
     one_of,
     optional,
     positive_int,
+    server_urls,
     unit_float,
 )
 from eval.credentials import is_credential_name, mask_urls, url_secret
@@ -291,7 +292,7 @@ def _api_base(value: object) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip() or value != value.strip():
         raise ValueError(f"expected a URL, got {mask_urls(str(value))!r}")
-    return value
+    return server_urls(value)
 
 
 def _params(value: object) -> dict[str, Any]:

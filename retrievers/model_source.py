@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from eval.quoting import clipped
 
@@ -234,24 +233,3 @@ def hub_unreachable() -> str | None:
     from eval.datasets import hub_unreachable as why
 
     return why()
-
-
-def check_retriever_models(config: Any, flag: str = "--retriever") -> None:
-    """Every model ``config`` (a `retrievers.config.RetrieverConfig`) loads from a folder or
-    the hub, checked by `check_model_source`: each dense member's weights and tokenizer, and
-    the hub tokenizer an API family cuts texts with (voyage's)."""
-    from .families import family_for
-
-    for part in config.parts:
-        if part.kind == "dense":
-            from .dense import DEFAULT_DENSE_MODEL, resolve_model
-
-            model_id, load_path = resolve_model(part.arg or DEFAULT_DENSE_MODEL)
-            family = family_for(model_id, config.dense.family)
-            needs = Needs(own_code=family.loader == "nv")
-            check_model_source(load_path, f"{flag} {part.text}", needs)
-        elif part.kind == "api":
-            kind, _, name = (family_for(part.arg).tokenizer or "").partition(":")
-            if kind == "hub":
-                tokenizer = name.format(model=part.arg.split("/")[-1])
-                check_model_source(tokenizer, f"{flag} {part.text} (its tokenizer)", TOKENIZER)

@@ -36,8 +36,10 @@ from .api_embed import build_api_dense
 from .base import BM25Retriever, DenseRetriever, Retriever, SearchRequest
 from .bm25 import build_bm25
 from .config import RETRIEVER_KINDS, RETRIEVERS, RetrieverConfig, SpecPart
-from .dense import DEFAULT_DENSE_MODEL, build_dense, resolve_device
+from .dense import DEFAULT_DENSE_MODEL, build_dense, resolve_device, resolve_model
+from .families import family_for
 from .hybrid import HybridRetriever
+from .model_source import TOKENIZER, Needs, check_model_source
 
 __all__ = [
     "RETRIEVERS",
@@ -150,3 +152,20 @@ def build_remote_member(
 
     timeout = (transport or {}).get("timeout", REMOTE_TIMEOUT_S)
     return RemoteRetriever(part.arg, task.name, timeout=timeout, name=part.text)
+
+
+def check_models(config: RetrieverConfig, flag: str = "--retriever") -> None:
+    """Every model ``config`` loads from a folder or the hub, checked before any work
+    (`retrievers.model_source`): each dense member's weights and tokenizer (and NV-Embed's own
+    code), and the hub tokenizer an API family cuts texts with (voyage's)."""
+    for part in config.parts:
+        if part.kind == "dense":
+            model_id, load_path = resolve_model(part.arg or DEFAULT_DENSE_MODEL)
+            family = family_for(model_id, config.dense.family)
+            needs = Needs(own_code=family.loader == "nv")
+            check_model_source(load_path, f"{flag} {part.text}", needs)
+        elif part.kind == "api":
+            kind, _, name = (family_for(part.arg).tokenizer or "").partition(":")
+            if kind == "hub":
+                tokenizer = name.format(model=part.arg.split("/")[-1])
+                check_model_source(tokenizer, f"{flag} {part.text} (its tokenizer)", TOKENIZER)

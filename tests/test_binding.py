@@ -352,7 +352,7 @@ SPECIAL: dict[str, Callable[[Context], Any] | Any] = {
     "rerank[rank1].tokenizer": lambda ctx: _tokenizer_folder(ctx),
     "rerank[rank1].force": "none",
     "rerank[cross].scoring": "logit",
-    "rerank[cross].base": "other/base-model",
+    "rerank[cross].base": lambda ctx: str(tiny_models.bert(ctx.scratch / "base-model")),
     "rerank[cross].ties": "trec",
 }
 RECORDED_CHANGES: dict[str, Callable[[Context], RunConfig]] = {
@@ -565,10 +565,10 @@ class Scenarios:
             return {**common, **served, "agent": "hyde"}, {}
         if name in AGENTS:
             return {**common, **({} if name == "none" else llm), "agent": name}, {}
-        if name == "cross":  # a model folder (FakeCross never reads it)
+        if name == "cross":  # a model folder, whole as a run checks it (FakeCross scores)
             weights = folder / "cross-model"
-            weights.mkdir(exist_ok=True)
-            (weights / "config.json").write_text("{}")
+            if not weights.exists():
+                tiny_models.bert(weights, num_labels=1)
             return {**common, "agent": "none", "rerank": [f"cross:{weights}"]}, {}
         assert name in STAGES, name
         # a finished run of the same first stage, which this one could rerank instead

@@ -164,3 +164,20 @@ def test_a_flag_takes_only_ascii_decimals(text, capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--temperature" if "." in text or "e" in text else "--limit", text])
     assert "argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000/v1", "localhost:8000", "http://", "ftp://h/v1",
+                                 "http://h:1/v1,h2:2"])  # fmt: skip
+def test_a_server_address_without_its_scheme_is_refused_at_once(url):
+    """Once accepted, then retried 6 times over 22 s as if the server were down."""
+    from retrievers.config import RetrieverConfig
+
+    says = r"expected http://HOST:PORT\[/v1\] \(or several joined by commas\)"
+    with pytest.raises(ValueError, match=rf"^llm.api_base: {says}"):
+        LLMConfig(model="openai/m", api_base=url)
+    with pytest.raises(ValueError, match=rf"^rerank llm-listwise api_base: {says}"):
+        StageConfig("llm-listwise", {"api_base": url})
+    with pytest.raises(ValueError, match=rf"^retriever.api.api_base: {says}"):
+        RetrieverConfig.from_dict({"spec": "api:openai/e", "api": {"api_base": url}})
+    for good in ("http://127.0.0.1:8000/v1", "https://h", "http://a:1/v1,http://b:2/v1"):
+        assert LLMConfig(model="openai/m", api_base=good).api_base == good

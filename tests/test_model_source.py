@@ -18,14 +18,8 @@ import pytest
 
 import agents.run
 import retrievers.model_source as model_source
-from retrievers.model_source import (
-    MODEL,
-    TOKENIZER,
-    ModelSourceError,
-    check_model_source,
-    check_retriever_models,
-)
-from retrievers.search import RetrieverConfig
+from retrievers.model_source import MODEL, TOKENIZER, ModelSourceError, check_model_source
+from retrievers.search import RetrieverConfig, check_models
 from tests import tiny_models
 from tests.helpers import one_line_error
 
@@ -85,7 +79,7 @@ def test_a_whole_folder_passes(bert: Path):
 
 
 def test_the_bundled_default_and_a_sentence_transformers_layout_pass():
-    check_retriever_models(RetrieverConfig(spec="dense"))  # its Transformer module is the root
+    check_models(RetrieverConfig(spec="dense"))  # its Transformer module is the root
 
 
 def write_header_claiming(path: Path, length: int) -> None:

@@ -177,7 +177,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from eval.files import writable_folder
     from retrievers.api_embed import embedding_transport
     from retrievers.flags import TASK_DEFAULTS, retriever_from_settings, retriever_settings
-    from retrievers.model_source import check_retriever_models
+    from retrievers.search import check_models
     from retrievers.serve.index import build_indexes
 
     keys = retriever_settings()
@@ -185,7 +185,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     retriever = retriever_from_settings(given)
     if any(part.kind == "remote" for part in retriever.parts):
         raise ValueError(f"--retriever {retriever.spec}: a server serves a local index")
-    check_retriever_models(retriever)  # a model not there or not whole: one line, at once
+    check_models(retriever)  # a model not there or not whole: one line, at once
     cache_dir = writable_folder(args.cache_dir or default_cache_dir(), "--cache-dir")
     tasks = load_tasks(args.dataset or TASK_DEFAULTS["dataset"], cache_dir)
     timeout = args.timeout or TASK_DEFAULTS["timeout"]
