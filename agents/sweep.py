@@ -505,13 +505,13 @@ def _unread_overrides(sweep: Sweep, grid: list[Cell]) -> list[tuple[str, str]]:
 
 def _check_compare_value(key: str, value: Any) -> None:
     """ValueError unless ``value`` is one eval.compare takes for ``[compare]`` key ``key``."""
-    from eval.metrics import parse_metric
+    from eval.metrics import metric_name
     from eval.significance import TESTS
 
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
     if key == "metric":
-        parse_metric(value)
+        metric_name(value)
     elif key == "test" and value not in TESTS:
         raise ValueError(f"unknown test {value!r}; use one of {', '.join(TESTS)}")
 

@@ -36,14 +36,26 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     return match.group(1), k
 
 
+def metric_name(text: str) -> str:
+    """A metric as a user may spell it (``nDCG@10``, ``ndcg@10``, ``recall@100``) -> the name
+    evaluations produce (``NDCG@10``); ValueError as `parse_metric` for no such metric."""
+    family, at, k = text.strip().partition("@")
+    canonical = {f.lower(): f for f in FAMILIES}.get(family.lower())
+    name = f"{canonical}{at}{k}" if canonical is not None else text
+    try:
+        parse_metric(name)
+    except ValueError as e:  # said of the name as the user spelt it
+        raise ValueError(str(e).replace(repr(name), repr(text), 1)) from None
+    return name
+
+
 def parse_metrics(text: str) -> list[str]:
-    """``"NDCG@10,MRR"`` -> ``["NDCG@10", "MRR"]``; unknown names and k < 1 raise ValueError."""
+    """``"NDCG@10,mrr"`` -> ``["NDCG@10", "MRR"]`` (`metric_name`); unknown names and k < 1
+    raise ValueError."""
     metrics = [m.strip() for m in text.split(",") if m.strip()]
     if not metrics:
         raise ValueError(f"no metrics in {text!r}")
-    for metric in metrics:
-        parse_metric(metric)
-    return metrics
+    return [metric_name(m) for m in metrics]
 
 
 def k_values_of(metrics: Iterable[str], default: int = 10) -> list[int]:

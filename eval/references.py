@@ -94,7 +94,7 @@ from urllib.parse import quote
 
 from eval.cli import command
 from eval.datasets import R2MED_TASKS, r2med_task_name
-from eval.metrics import FAMILIES, HEADLINE, parse_metric, parse_metrics
+from eval.metrics import FAMILIES, HEADLINE, metric_name, parse_metric, parse_metrics
 
 DATA_DIR = Path(__file__).resolve().parent / "references"
 DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
@@ -1036,7 +1036,7 @@ def _write(text: str, out: Path | None) -> None:
 
 def _list(args: argparse.Namespace) -> None:
     try:
-        parse_metric(args.metric)
+        args.metric = metric_name(args.metric)
     except ValueError as e:
         raise ValueError(f"--metric: {e}") from None
     names = list(SHOWN_TABLES) if args.table is None else [args.table]

@@ -673,3 +673,17 @@ def test_write_run_orders_and_scores_by_tie_order(tmp_path):
     assert list(back["q"]) == ["c", "a", "b", "d"]
     # Nudged strictly decreasing in float32, so trec_eval keeps exactly this order.
     assert direct.evaluate(back)["q"]["recip_rank"] == 0.5
+
+
+@pytest.mark.parametrize(
+    ("spelt", "name"),
+    [("nDCG@10", "NDCG@10"), ("ndcg@10", "NDCG@10"), ("recall@100", "Recall@100"),
+     ("mrr", "MRR"), ("Mrr@10", "MRR@10"), ("p@5", "P@5"), ("MAP@10", "MAP@10")],
+)  # fmt: skip
+def test_a_metric_as_users_spell_it_is_the_name_evaluations_produce(spelt, name):
+    from eval.metrics import metric_name, parse_metrics
+
+    assert metric_name(spelt) == name
+    assert parse_metrics(f"{spelt}, MRR") == [name, "MRR"]
+    with pytest.raises(ValueError, match="unknown metric"):
+        metric_name("ndgc@10")

@@ -75,7 +75,7 @@ def test_metric_with_k_below_one(tmp_path: Path, qrels: Path) -> None:
     assert parse_metrics("NDCG@1, MRR") == ["NDCG@1", "MRR"]
 
 
-@pytest.mark.parametrize("bad", ["ndcg@10", "NDCG@0", "NDCG@", "F1@10", "MRR@0", "MRR@10x", ""])
+@pytest.mark.parametrize("bad", ["ndgc@10", "NDCG@0", "NDCG@", "F1@10", "MRR@0", "MRR@10x", ""])
 def test_every_command_refuses_the_same_metric_names(tmp_path: Path, qrels: Path, capsys, bad):
     """eval.score, eval.compare and R2MED's results keys parse names with eval.metrics."""
     from eval.compare.__main__ import main as compare_main

@@ -18,7 +18,7 @@ from eval.compare.markdown import comparison_markdown
 from eval.compare.output import write_comparison
 from eval.compare.published import resolve_references
 from eval.files import writable_folder
-from eval.metrics import parse_metric
+from eval.metrics import metric_name
 from eval.significance import TESTS
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args: argparse.Namespace) -> int:
     out = args.out or Path("comparisons") / datetime.now().strftime("%Y%m%d-%H%M%S")
     try:  # refused before a run folder is read or --out is made
-        parse_metric(args.metric)
+        args.metric = metric_name(args.metric)
     except ValueError as e:
         raise ValueError(f"--metric: {e}") from None
     references = resolve_references(args.reference)

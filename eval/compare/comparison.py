@@ -12,7 +12,7 @@ from eval.compare.model import CompareError, Comparison, Delta, Mover, RunData
 from eval.compare.published import published_notes, published_row, resolve_references
 from eval.compare.reading import check_against_summary, load_run, task_scores
 from eval.evaluate import task_mean
-from eval.metrics import HEADLINE, parse_metric
+from eval.metrics import HEADLINE, metric_name
 from eval.references import Reference
 from eval.report import order_tasks
 from eval.runs import RunQrels
@@ -39,7 +39,7 @@ def compare_runs(
     (``r2med:<row>`` specs or `Reference` rows) are set beside the runs (`Published`).
     """
     try:
-        parse_metric(metric)
+        metric = metric_name(metric)
     except ValueError as e:
         raise CompareError(str(e)) from None
     if test not in TESTS:
