@@ -285,6 +285,7 @@ def test_pointwise_a_null_yes_logprob_is_missing_not_certainty(serve, tmp_path):
     step = result["steps"][0]
     assert step["outcome"] == "bad-logprobs" and "missing or impossible" in step["note"]
     assert step["score"] == 1.0  # read from the text ("Yes"), not from a null as p = 1
+    assert step["judged_by"] == "text"
     assert_clean(result)
 
 
@@ -295,6 +296,7 @@ def test_pointwise_all_minus_infinity_is_named(tmp_path):
     result = rerank(build_pointwise, context(llm, POINTWISE_DEFAULTS, "judge"))
     assert {s["outcome"] for s in result["steps"]} == {"bad-logprobs"}
     assert {s["score"] for s in result["steps"]} == {None}  # scored 0 among ties
+    assert {s["judged_by"] for s in result["steps"]} == {None}  # nothing was read
     assert_clean(result)
 
 

@@ -193,7 +193,11 @@ class PointwiseReranker:
                     if outcome == "logprobs":
                         outcome = "no-judgement" if answer is None else "text"
                         note = NO_JUDGEMENT if answer is None else "no yes/no token; read the text"
-                return {**_judged(call, text, score, "logprobs", note), "outcome": outcome}
+                # what the score was read from: the logprobs, else the reply's text
+                source = (
+                    "logprobs" if outcome == "logprobs" else "text" if score is not None else None
+                )
+                return {**_judged(call, text, score, source, note), "outcome": outcome}
             if self.options["judge"] == "logprobs":
                 raise RuntimeError(
                     f"{self.ctx.llm.model} returned no logprobs; use judge=grade or judge=auto"
@@ -230,7 +234,7 @@ class PointwiseReranker:
 
 
 def _judged(
-    call: dict[str, Any], text: str, score: float | None, source: str, note: str | None
+    call: dict[str, Any], text: str, score: float | None, source: str | None, note: str | None
 ) -> dict[str, Any]:
     return {
         "reply": answer_text(text),
