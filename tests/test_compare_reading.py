@@ -151,3 +151,12 @@ def test_a_resumed_run_refuses_a_task_folder_from_another_run(made, tmp_path, ca
         ]["method"]
         == "lucene"
     )
+
+
+def test_a_run_without_a_scored_task_says_which_folder_lacks_what(runs, capsys):
+    for name in ("per_query.jsonl", "run.trec"):
+        (runs["bm25q"] / "demo" / name).unlink()
+    _refused(runs, f"no scored task in {runs['bm25q']}: demo/ holds neither per_query.jsonl "
+             "nor run.trec (a run that has not finished a pass?", capsys=capsys)  # fmt: skip
+    shutil.rmtree(runs["bm25q"] / "demo")
+    _refused(runs, f"no scored task in {runs['bm25q']}: it holds no task folder", capsys=capsys)

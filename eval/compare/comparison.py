@@ -59,9 +59,15 @@ def compare_runs(
         )
     notes: list[str] = []
 
-    empty = [r.path for r in runs.values() if not r.tasks]
-    if empty:
-        raise CompareError(f"no scored task in {', '.join(map(str, empty))}")
+    for run in runs.values():
+        if not run.tasks:
+            why = (
+                f"{', '.join(f'{t}/' for t in run.unscored)} holds neither per_query.jsonl nor "
+                "run.trec (a run that has not finished a pass? rerun its command to resume it)"
+                if run.unscored
+                else "it holds no task folder"
+            )
+            raise CompareError(f"no scored task in {run.path}: {why}")
     task_sets = {k: set(r.tasks) for k, r in runs.items()}
     tasks = order_tasks(sorted(set.intersection(*task_sets.values())))
     if not tasks:

@@ -42,6 +42,7 @@ class RunData:
     config: dict[str, Any]
     tasks: dict[str, TaskFiles]
     llm_free: bool | None = None  # as the run stored it; None: not stored (an older folder)
+    unscored: tuple[str, ...] = ()  # task folders with neither per_query.jsonl nor run.trec
 
     @property
     def reranked(self) -> bool:

@@ -34,6 +34,7 @@ def load_run(path: Path | str) -> RunData:
     except ValueError as e:
         raise CompareError(str(e)) from None
     tasks = {}
+    unscored = []
     try:
         for task in folder.tasks():
             if problem := task.binding_problem(config, folder.config_path):
@@ -43,6 +44,7 @@ def load_run(path: Path | str) -> RunData:
             per_query = final.per_query()
             run_trec = final.run_trec_path
             if not per_query and not run_trec.is_file():
+                unscored.append(final.path.relative_to(path).as_posix())
                 continue  # a task that never finished a pass
             summary = task.summary()
             records, usage = stage_records(chain)
@@ -68,6 +70,7 @@ def load_run(path: Path | str) -> RunData:
         config=config,
         tasks=tasks,
         llm_free=llm_free if isinstance(llm_free, bool) else None,
+        unscored=tuple(unscored),
     )
 
 
