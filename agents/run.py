@@ -78,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     config = from_settings(settings_from_args(args))
     if args.dry_run:  # writes nothing: no run folder, no cache entry
-        from agents.dry_run import estimate, format_estimate
+        from eval.progress import transient
+
+        # the LLM stack takes seconds to import: said at once, and taken back
+        with transient("dry run: loading the LLM stack ...", not args.quiet):
+            from agents.dry_run import estimate, format_estimate
 
         print(format_estimate(estimate(config, progress=not args.quiet)), flush=True)
         return 0
