@@ -2,7 +2,7 @@
 
 Every finished query is already on disk (appended and fsynced as it finishes), so an interrupt
 only has to stop promptly and quietly: `install` makes SIGINT stop an embedded model's
-generation at its next token (agents.llm.generation.CANCEL) before raising KeyboardInterrupt, and
+generation at its next token (agents.llm.pool.CANCEL) before raising KeyboardInterrupt, and
 the command lines catch that and print `MESSAGE`.
 """
 
@@ -17,17 +17,17 @@ MESSAGE = "interrupted: every finished query is kept; run the same command again
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    generation = sys.modules.get("agents.llm.generation")  # only a run that loaded it has any
-    if generation is not None:
-        generation.CANCEL.set()
+    pool = sys.modules.get("agents.llm.pool")  # only a run that loaded it has any
+    if pool is not None:
+        pool.CANCEL.set()
     raise KeyboardInterrupt
 
 
 def install() -> None:
     """Handle SIGINT as described above (from the main thread, as signals require)."""
-    generation = sys.modules.get("agents.llm.generation")
-    if generation is not None:  # a new run in a process that was interrupted before (a test's)
-        generation.CANCEL.clear()
+    pool = sys.modules.get("agents.llm.pool")
+    if pool is not None:  # a new run in a process that was interrupted before (a test's)
+        pool.CANCEL.clear()
     signal.signal(signal.SIGINT, _handler)
 
 

@@ -491,3 +491,34 @@ def test_sigterm_inside_asyncio_run_is_still_143(capsys):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert capsys.readouterr().err == INTERRUPTED + "\n"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # ctypes' report
+def test_a_ctrl_c_that_native_code_swallows_still_stops_the_run():
+    """llama.cpp calls back into Python while a model loads (its log callback); a Ctrl-C
+    handled there raises inside a ctypes callback, which swallows it (a CI run once finished
+    with exit 0 after a Ctrl-C at start-up). The handler's flag raises it after the load."""
+    import ctypes
+
+    from agents import interrupt
+    from agents.llm import pool
+
+    def callback() -> None:  # what llama_cpp's log callback is to the interpreter
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, and its KeyboardInterrupt stops here
+
+    native = ctypes.CFUNCTYPE(None)(callback)
+    previous = signal.getsignal(signal.SIGINT)
+    interrupt.install()
+    try:
+        native()  # ctypes' own behaviour, which the load has to work around
+        assert pool.CANCEL.is_set()
+        interrupt.install()  # a new run clears it
+        with pytest.raises(KeyboardInterrupt), pool._native_load():
+            native()
+        interrupt.install()
+        with pool._native_load():  # no Ctrl-C: nothing raised
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        pool.CANCEL.clear()

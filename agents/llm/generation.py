@@ -13,14 +13,13 @@ litellm is not imported at all (the provider, `agents.llm.local`, speaks litellm
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agents.llm import prefix_cache
-from agents.llm.pool import N_THREADS, LoadedModel
+from agents.llm.pool import CANCEL, N_THREADS, LoadedModel
 from agents.llm.prefix_cache import (
     PrefixStore,
     aligned,
@@ -30,10 +29,6 @@ from agents.llm.prefix_cache import (
     save_sequence,
 )
 from eval import progress
-
-# Set on Ctrl-C (agents.interrupt): a generation in a worker thread stops at its next token,
-# so the interpreter is not kept waiting for it at exit.
-CANCEL = threading.Event()
 
 
 class GenerationCancelled(RuntimeError):

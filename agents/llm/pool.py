@@ -238,6 +238,20 @@ _loading = threading.Lock()  # one model or vocabulary is loaded at a time
 _pools: dict[tuple[str, int, PoolPlan, int], ModelPool] = {}
 _tokenizers: dict[str, Tokenizer] = {}
 
+# Set on Ctrl-C (agents.interrupt): a generation in a worker thread stops at its next token, so
+# the interpreter is not kept waiting for it at exit.
+CANCEL = threading.Event()
+
+
+@contextlib.contextmanager
+def _native_load() -> Iterator[None]:
+    """Around a llama.cpp load. llama.cpp calls back into Python while it loads (its log
+    callback); a Ctrl-C handled in the main thread then raises inside the callback, where
+    ctypes swallows the KeyboardInterrupt. The handler's CANCEL outlives it: raised here."""
+    yield
+    if CANCEL.is_set() and threading.current_thread() is threading.main_thread():
+        raise KeyboardInterrupt
+
 
 @atexit.register
 def _close_models() -> None:
@@ -297,18 +311,19 @@ def _load_instance(
     from llama_cpp import Llama  # imported late: a heavy native library
 
     start = time.perf_counter()
-    llm = Llama(
-        model_path=str(path),
-        n_ctx=n_ctx,
-        # every prompt is evaluated in chunks of CHUNK tokens, as one micro-batch each: the
-        # chunking decides the floats, and makes evaluated prefixes reusable exactly
-        n_batch=prefix_cache.CHUNK,
-        n_ubatch=prefix_cache.CHUNK,
-        n_threads=plan.n_threads,
-        n_threads_batch=plan.n_threads_batch,
-        seed=seed,
-        verbose=False,
-    )
+    with _native_load():
+        llm = Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            # every prompt is evaluated in chunks of CHUNK tokens, as one micro-batch each: the
+            # chunking decides the floats, and makes evaluated prefixes reusable exactly
+            n_batch=prefix_cache.CHUNK,
+            n_ubatch=prefix_cache.CHUNK,
+            n_threads=plan.n_threads,
+            n_threads_batch=plan.n_threads_batch,
+            seed=seed,
+            verbose=False,
+        )
     template = llm.metadata.get("tokenizer.chat_template", "")
     if "<|im_start|>" not in template:
         raise LocalModelError(f"{path}: chat template is not ChatML: {template[:200]!r}")
@@ -344,7 +359,7 @@ def vocabulary(path: Path) -> Tokenizer:
     from llama_cpp._utils import suppress_stdout_stderr
 
     # llama.cpp warns on stderr that a vocabulary has no context size
-    with suppress_stdout_stderr(disable=False):
+    with _native_load(), suppress_stdout_stderr(disable=False):
         llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
     return Tokenizer(path.stem, llm)
 
