@@ -21,6 +21,15 @@ matches on the last component of its path, case-insensitively, so ``Qwen/Qwen2.5
 ``openai/Qwen/Qwen2.5-7B-Instruct`` (a vLLM server through litellm) and a local folder of that
 name all name R2MED's ``qwen-7b``. The dataset plays no part in the row; `paper_figures` keeps
 the tasks of the run that are R2MED's.
+
+ReasonEmbed's Table 3 (arXiv 2510.08252; ``reasonembed-table3``) adds retrievers alone
+(``base/<short>`` rows) R2MED did not run: ReasonEmbed's six checkpoints and the baselines the
+authors evaluated, under the hub names of the authors' scripts (`REASONEMBED_RETRIEVERS`). A
+run of one with ``--agent none`` is shown beside its Table 3 row; its four rows that repeat
+R2MED's (bm25, openai, grit, nv) stay R2MED's, whose sources come first. A dense run
+reproduces a row only with its model's own family and instructions: ``--dense-family`` naming
+another family than the one its name points to, or ``--instructions none``, is not the setup
+the figure is of.
 """
 
 from __future__ import annotations
@@ -31,11 +40,10 @@ from typing import Any
 from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.metrics import HEADLINE
 from eval.references import (
-    AUTHORS_TABLE,
-    DEFAULT_TABLE,
-    LEADERBOARD_TABLE,
+    SHOWN_TABLES,
     Reference,
     conflict_of,
+    inconsistencies,
     load_references,
 )
 
@@ -78,6 +86,27 @@ RETRIEVERS: dict[str, str] = {
     "openai": "api:text-embedding-3-large",
     "voyage": "api:voyage-3",
 }
+# ReasonEmbed's Table 3's retrievers R2MED has no row of (eval/references/reasonembed-table3.json)
+# -> our retriever spec: the model_path of the authors' script for the row
+# (VectorSpaceLab/agentic-search at b2f2e40, ReasonEmbed/evaluation_r2med/scripts/<file>);
+# gte-Qwen2-7B-instruct has no script there, so its name is the hub's for the model printed.
+# The three "-ms" rows the authors reproduced have no published checkpoint: no spec.
+REASONEMBED_RETRIEVERS: dict[str, str] = {
+    "reason-embed-qwen3-8b": "dense:hanhainebula/reason-embed-qwen3-8b-0928",
+    "reason-embed-qwen3-4b": "dense:hanhainebula/reason-embed-qwen3-4b-0928",
+    "reason-embed-llama-3.1-8b": "dense:hanhainebula/reason-embed-llama-3.1-8b-0928",
+    "reason-embed-basic-qwen3-8b": "dense:hanhainebula/reason-embed-basic-qwen3-8b-0928",
+    "reason-embed-basic-qwen3-4b": "dense:hanhainebula/reason-embed-basic-qwen3-4b-0928",
+    "reason-embed-basic-llama-3.1-8b": "dense:hanhainebula/reason-embed-basic-llama-3.1-8b-0928",
+    "qwen3-embedding-8b": "dense:Qwen/Qwen3-Embedding-8B",  # baselines/eval_qwen3_embedding_8b.sh
+    "qwen3-embedding-4b": "dense:Qwen/Qwen3-Embedding-4B",  # baselines/eval_qwen3_embedding_4b.sh
+    "gte-qwen2-7b-instruct": "dense:Alibaba-NLP/gte-Qwen2-7B-instruct",  # no script
+    # baselines/eval_rader_gte_qwen2_7b.sh (run with --trust_remote_code True)
+    "rader-gte-qwen2-7b": "dense:Raderspace/RaDeR_gte_Qwen2-7B_MATH_LLMq_CoT_lexical",
+    "diver-retriever-4b": "dense:AQ-MedAI/Diver-Retriever-4B",  # baselines/eval_diver_...4b.sh
+    # baselines/eval_reasonir_8b.sh (run with --trust_remote_code True)
+    "reasonir-8b": "dense:reasonir/ReasonIR-8B",
+}
 R2MED_BM25 = "bm25q"  # R2MED's BM25 (bm25s, "bm25q" here); lucene and okapi are other BM25s
 
 # R2MED's rerankers (src/eval_reranker.py L126-130); rankllama is a LoRA over Llama-2-7b-hf
@@ -111,7 +140,7 @@ _LLM_BY_NAME = {_name(model): short for short, model in LLMS.items()} | {
 }
 _RETRIEVER_BY_NAME = {
     (spec.split(":", 1)[0], _name(spec.split(":", 1)[1])): short
-    for short, spec in RETRIEVERS.items()
+    for short, spec in (RETRIEVERS | REASONEMBED_RETRIEVERS).items()
 }
 _RERANKER_BY_NAME = {_name(model): short for short, model in RERANKERS.items()}
 
@@ -129,7 +158,8 @@ def r2med_llm(config: Mapping[str, Any]) -> str | None:
 
 
 def r2med_retriever(retriever: Mapping[str, Any]) -> str | None:
-    """R2MED's short name of the run's first-stage retriever, or None."""
+    """The short name in the published rows' ids (R2MED's, or Table 3's for a retriever R2MED
+    did not run) of the run's first-stage retriever, or None."""
     spec = str(retriever.get("spec") or "").strip()
     if spec == "bm25":
         method = (retriever.get("bm25") or {}).get("method")
@@ -137,7 +167,22 @@ def r2med_retriever(retriever: Mapping[str, Any]) -> str | None:
     kind, colon, model = spec.partition(":")
     if not colon or "+" in spec:  # the default dense model, or a fusion
         return None
+    if kind == "dense" and not _own_encoding(model, retriever.get("dense") or {}):
+        return None
     return _RETRIEVER_BY_NAME.get((kind, _name(model)))
+
+
+def _own_encoding(model: str, dense: Mapping[str, Any]) -> bool:
+    """Whether a dense run encoded with its model's own family and instructions, as the
+    published figures were (a config that does not record them used the defaults: auto and
+    r2med). The family is compared by what it resolves to, so naming the family the model's
+    name points to is the same run as leaving it to auto."""
+    from retrievers.families import AUTO, family_for  # reads families.json: no heavy import
+
+    if dense.get("instructions", "r2med") == "none":
+        return False
+    family = dense.get("family") or AUTO
+    return family == AUTO or family == family_for(model).name
 
 
 def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | None:
@@ -202,26 +247,28 @@ def candidate_row(config: Mapping[str, Any]) -> str | None:
 
 
 def paper_references(config: Mapping[str, Any]) -> list[Reference]:
-    """The published row the run reproduces in each of R2MED's sources that holds it, the
-    repository's first; [] when the setup differs or neither source has such a row."""
+    """The published row the run reproduces in each shipped source that holds it, in
+    `SHOWN_TABLES`' order (R2MED's repository first, ReasonEmbed's Table 3 last); [] when the
+    setup differs or no source has such a row."""
     row = candidate_row(config)
     if row is None:
         return []
-    tables = (DEFAULT_TABLE, LEADERBOARD_TABLE, AUTHORS_TABLE)
-    return [rows[row] for rows in map(load_references, tables) if row in rows]
+    return [rows[row] for rows in map(load_references, SHOWN_TABLES) if row in rows]
 
 
 def paper_row(config: Mapping[str, Any]) -> str | None:
-    """The id of R2MED's published row the run reproduces (``hyde/qwen-7b/bm25``), in its
-    repository or on its leaderboard (``hyde/o3-mini/bm25`` is only there), or None when the
-    setup differs or R2MED published no such row (``search-o1/qwq-32b/contriever``)."""
+    """The id of the published row the run reproduces (``hyde/qwen-7b/bm25``), in R2MED's
+    repository or on its leaderboard (``hyde/o3-mini/bm25`` is only there), or in another
+    shipped source (``base/reason-embed-qwen3-8b``, ReasonEmbed's Table 3), or None when the
+    setup differs or no source published such a row (``search-o1/qwq-32b/contriever``)."""
     refs = paper_references(config)
     return refs[0].row if refs else None
 
 
 def paper_reference(config: Mapping[str, Any]) -> Reference | None:
     """The published row of `paper_row`, with its figures: the repository's where it has the
-    row (every metric, 5 decimals), else the leaderboard's (its label says which)."""
+    row (every metric, 5 decimals), else the leaderboard's, else the first other source's
+    that has it (its label says which)."""
     refs = paper_references(config)
     return refs[0] if refs else None
 
@@ -280,6 +327,11 @@ def average_note(ref: Reference, tasks: Iterable[str], metric: str = HEADLINE) -
         return None
     line = f"{ref.source_name} ({ref.row}): avg {_metric_text(metric)} "
     line += f"{ref.average(metric, held) * 100:.2f} over the same tasks"
+    if set(held) == set(R2MED_TASKS):  # the printed Avg is the figure: where it is at odds
+        for found in inconsistencies(ref):  # with its own tasks' mean, both are given
+            if found.cell == "Avg" and metric == HEADLINE:
+                line += (f"; the mean of its printed task figures is {found.other}, a "
+                         f"conflict (python -m eval.references show {ref.spec})")  # fmt: skip
     conflict = conflict_of(ref)
     if conflict is not None:
         other = conflict.other(ref)

@@ -1,4 +1,5 @@
-"""Published figures to set beside our runs: R2MED's per-task figures from both its sources.
+"""Published figures to set beside our runs: R2MED's per-task figures from both its sources,
+from methods' authors, and from another paper's table of R2MED (ReasonEmbed's Table 3).
 
 R2MED publishes its figures twice, and the two are not the same table:
 
@@ -20,6 +21,17 @@ R2MED publishes its figures twice, and the two are not the same table:
   then holds no per-task figure (`Reference.average_only`): ``show`` says "not published"
   where a task's figure would be, no output prints one, and only the 8-task nDCG@10 average
   is read from it. ReasonRank-32B's 42.85 is one (its README, line 30 at 06721fd).
+* **Another paper's table** (``eval/references/reasonembed-table3.json``): Table 3 of
+  *ReasonEmbed* (Chen et al., 2025, arXiv 2510.08252), nDCG@10 ×100 on R2MED's 8 tasks and its
+  Avg for 19 retrievers alone, ``base/<short>`` rows; `build_reasonembed` reads a TSV of it
+  (columns ``Model Group Size Mark Avg`` and the 8 tasks, transcribed from the image the
+  authors' repository publishes it as: VectorSpaceLab/agentic-search at b2f2e40,
+  ``ReasonEmbed/imgs/r2med-performance.png``). Each row keeps its cells as printed (its model
+  name, section, size and mark) and is labelled "ReasonEmbed Table 3". Its four unmarked
+  baselines (BM25, OpenAI-3-Large, GritLM-7B, NV-Embed-v2) are, by its caption, R2MED's own
+  figures: they carry R2MED's row ids (``base/bm25``, ``base/openai``, ``base/grit``,
+  ``base/nv``) and are compared figure by figure with R2MED's rows (`repeats_of`; the same to
+  the rounding, all of them). The other 15 are rows R2MED has not.
 
 **Row ids and specs.** A row id is the same in both sources: ``base/<retriever>``,
 ``<method>/<llm>/<retriever>`` (hyde, query2doc, lamer, search-o1, search-r1) and
@@ -32,6 +44,8 @@ is ``<table>:<row id>`` and names one source, never a fallback to the other:
 * ``r2med-leaderboard:<row>``: the leaderboard's row, e.g. ``r2med-leaderboard:hyde/o3-mini/nv``.
 * ``r2med-authors:<row>``: a method's authors' row, e.g.
   ``r2med-authors:reranker/reasonrank-32b/e5/top_100``.
+* ``reasonembed-table3:<row>``: ReasonEmbed's Table 3, e.g.
+  ``reasonembed-table3:base/reason-embed-qwen3-8b``.
 
 A spec naming a row its source lacks is refused in one line that names the other source's
 spec when that one has the row. From the command line::
@@ -39,6 +53,8 @@ spec when that one has the row. From the command line::
     python -m eval.references build RESULTS_DIR --commit SHA -o eval/references/r2med.json
     python -m eval.references build-leaderboard leaderboard.tsv \\
         -o eval/references/r2med-leaderboard.json
+    python -m eval.references build-reasonembed table3.tsv \\
+        -o eval/references/reasonembed-table3.json
     python -m eval.references list [--method hyde] [--metric NDCG@10] [--table r2med]
     python -m eval.references show hyde/qwen-7b/bm25     # both sources; r2med:... one
 
@@ -59,6 +75,14 @@ tasks differ), found by `find_conflicts` from the data, and ``list``, ``show``,
 ``eval.compare --reference`` and a run's printed paper figure show both figures with their
 sources. The Avg is not compared: the page averages unrounded figures, so a row whose every
 task agrees may still print an Avg 0.01 apart (hyde/huatuo-o1-70b/bm25: 33.42 and 33.43).
+
+**A table at odds with itself is shown as printed.** A paper's row whose printed Avg is more
+than rounding allows (0.01) from the mean of its 8 printed task figures, or whose printed Size
+is not the size its model's name states, is an `Inconsistency`, found from the row by
+`inconsistencies`: RaDeR-gte-Qwen2-7B prints Avg 35.19 where its tasks' mean is 35.215 (a
+CONFLICT), Qwen3-4B-ms is printed with Size 8B (a NOTE). Both figures stay as printed (the
+average beside a run is the printed one) and ``list``, ``show``, ``eval.compare --reference``
+and a run's printed average give both.
 
 Decisions worth knowing:
 
@@ -85,7 +109,7 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
@@ -101,7 +125,8 @@ DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
 LEADERBOARD_TABLE = "r2med-leaderboard"  # R2MED's project page
 TABLES = (DEFAULT_TABLE, LEADERBOARD_TABLE)  # R2MED's own two sources, checked for conflicts
 AUTHORS_TABLE = "r2med-authors"  # R2MED figures a method's authors published themselves
-SHOWN_TABLES = (*TABLES, AUTHORS_TABLE)  # the order the sources are shown in
+REASONEMBED_TABLE = "reasonembed-table3"  # ReasonEmbed's paper, its Table 3 (R2MED)
+SHOWN_TABLES = (*TABLES, AUTHORS_TABLE, REASONEMBED_TABLE)  # the order the sources are shown in
 REPOSITORY = "https://github.com/R2MED/R2MED"
 LEADERBOARD_PAGE = "https://r2med.github.io"
 LEADERBOARD_SOURCE = "R2MED leaderboard, r2med.github.io"
@@ -110,13 +135,16 @@ LEADERBOARD_METRIC = HEADLINE  # the one metric the page publishes
 
 # what kind of source a table is, and how its rows are labelled
 REPOSITORY_KIND, LEADERBOARD_KIND, AUTHORS_KIND = "repository", "leaderboard", "authors"
-# an authors' row names its own source ("ReasonRank repository"); this names the column
+PAPER_KIND = "paper"  # a table printed in another paper, its figures transcribed
+# an authors' or a paper's row names its own source ("ReasonRank repository", "ReasonEmbed
+# Table 3"); this names the column of the authors' table
 SOURCE_NAMES = {REPOSITORY_KIND: "R2MED repository", LEADERBOARD_KIND: "R2MED leaderboard",
-                AUTHORS_KIND: "method's authors"}  # fmt: skip
+                AUTHORS_KIND: "method's authors", PAPER_KIND: "paper's table"}  # fmt: skip
 KIND_OF_TABLE = {DEFAULT_TABLE: REPOSITORY_KIND, LEADERBOARD_TABLE: LEADERBOARD_KIND,
-                 AUTHORS_TABLE: AUTHORS_KIND}  # fmt: skip
-# decimals of a fraction: R2MED's files write 5; the page and the authors 2 of the figure ×100
-DECIMALS = {REPOSITORY_KIND: 5, LEADERBOARD_KIND: 4, AUTHORS_KIND: 4}
+                 AUTHORS_TABLE: AUTHORS_KIND, REASONEMBED_TABLE: PAPER_KIND}  # fmt: skip
+# decimals of a fraction: R2MED's files write 5; the page, the authors and a paper's table
+# 2 of the figure ×100
+DECIMALS = {REPOSITORY_KIND: 5, LEADERBOARD_KIND: 4, AUTHORS_KIND: 4, PAPER_KIND: 4}
 NOT_PUBLISHED = "not published"  # a task's cell of an average-only row
 
 # R2MED's folders under results/, and the row-id prefix each gets
@@ -158,6 +186,11 @@ class Reference:
     quote: str = ""
     setup: str = ""
     note: str = ""
+    # a paper's row: the paper and table it is printed in ("ReasonEmbed: ... (Chen et al.,
+    # 2025, arXiv 2510.08252), Table 3"), and the row's other cells as printed (Model, Group,
+    # Size, Mark), kept so that what the table says of a row is shown as it says it
+    citation: str = ""
+    printed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def spec(self) -> str:
@@ -191,15 +224,22 @@ class Reference:
             return f"{LEADERBOARD_SOURCE} (its row {self.path})"
         if self.kind == AUTHORS_KIND:
             return f"{self.repository} at {self.commit}, {self.path} line {self.line}"
+        if self.kind == PAPER_KIND:
+            model = self.printed.get("Model", "")
+            return (f"{self.citation}, its row {model}, read from {self.repository} at "
+                    f"{self.commit}, {self.path}")  # fmt: skip
         return f"{self.repository} at {self.commit}, {self.path}"
 
     @property
     def location(self) -> str:
-        """A browsable address of the figures: the row's folder at its commit, or the page."""
+        """A browsable address of the figures: the row's folder at its commit, the page, the
+        authors' line, or the image a paper's table was read from."""
         if self.kind == LEADERBOARD_KIND:
             return LEADERBOARD_PAGE
         if self.kind == AUTHORS_KIND:  # the file's line, as GitHub shows it
             return f"{self.repository}/blob/{self.commit}/{quote(self.path)}#L{self.line}"
+        if self.kind == PAPER_KIND:  # the table's image at its commit
+            return f"{self.repository}/blob/{self.commit}/{quote(self.path)}"
         return f"{self.repository}/tree/{self.commit}/{quote(self.path)}"  # "base retriever"
 
     @property
@@ -257,7 +297,7 @@ def table_names() -> list[str]:
     return sorted(p.stem for p in DATA_DIR.glob("*.json"))
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=8)
 def _read_table(name: str) -> dict[str, Reference]:
     path = DATA_DIR / f"{name}.json"
     if not _TABLE_NAME.fullmatch(name) or not path.is_file():
@@ -275,6 +315,8 @@ def references_from(data: Mapping[str, Any], table: str | None = None) -> dict[s
         return _leaderboard_references(data, table or LEADERBOARD_TABLE)
     if source.get("kind") == AUTHORS_KIND:
         return _authors_references(data, table or AUTHORS_TABLE)
+    if source.get("kind") == PAPER_KIND:
+        return _paper_references(data, table or REASONEMBED_TABLE)
     return {
         row: Reference(
             row=row,
@@ -714,7 +756,8 @@ def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
 
 
 def leaderboard_text(table: Mapping[str, Any]) -> str:
-    """The leaderboard's data file: one row a line, in the page's order, so a diff shows it."""
+    """The leaderboard's data file, or a paper's table's: one row a line, in the page's (the
+    table's) order, so a diff shows it."""
     dump = _dump
     lines = _opening(table)
     rows = list(table["rows"].items())
@@ -732,6 +775,204 @@ def leaderboard_tsv(table: Mapping[str, Any]) -> str:
         cells = [entry["llm"], entry["retriever"], *(repr(v) for v in [entry["avg"], *figures])]
         lines.append("\t".join(cells))
     return "\n".join(lines) + "\n"
+
+
+# ---- a paper's table: ReasonEmbed's Table 3 ------------------------------------------------
+
+# The paper, the table, and where its figures were read: the table is published as an image
+# in the authors' repository, so the image at its commit is the figures' address.
+REASONEMBED_SOURCE = {
+    "kind": PAPER_KIND,
+    "name": "ReasonEmbed Table 3",
+    "title": "ReasonEmbed: Enhanced Text Embeddings for Reasoning-Intensive Document Retrieval",
+    "authors": "Chen et al., 2025",
+    "arxiv": "2510.08252",
+    "table": 3,
+    "caption": "Main evaluation results (nDCG@10) on the R2MED benchmark (using original queries)",
+    "repository": "https://github.com/VectorSpaceLab/agentic-search",
+    "commit": "b2f2e40050f47453848fa84beefee793dbdb88a5",
+    "path": "ReasonEmbed/imgs/r2med-performance.png",
+    "metric": LEADERBOARD_METRIC,
+    "scale": 100,
+}
+REASONEMBED_SCRIPTS = "ReasonEmbed/evaluation_r2med/scripts"  # the authors' per-model settings
+PAPER_COLUMNS = ("Model", "Group", "Size", "Mark", "Avg", *R2MED_TASKS)
+# the table's sections, as the TSV's Group names them, with their headings as printed
+PAPER_GROUPS = {
+    "general": "General-purpose methods",
+    "reasoning": "Tailored methods for reasoning-intensive retrieval",
+    "reasonembed-basic": "ReasonEmbed from basic contrastive learning (using InfoNCE loss)",
+    "reasonembed": "ReasonEmbed from Redapter (using the self-adaptive RI-InfoNCE loss)",
+}
+BASELINE_GROUPS = ("general", "reasoning")  # the caption's "baselines"; the rest are ReasonEmbed
+# the caption's words for each mark of a baseline; an unmarked ReasonEmbed row is the authors'
+R2MED_MARK = ""  # "Other results are directly taken from Li et al. (2025b)": R2MED's paper
+PAPER_MARKS = {
+    "*": '"well-trained models released by existing studies and evaluated by us"',
+    "†": '"reproduced methods in this work"',
+    R2MED_MARK: '"directly taken from Li et al. (2025b)": R2MED\'s paper',
+}
+OWN_MODEL = "the authors' own model"
+_SIZE = re.compile(r"-|\d+(?:\.\d+)?B")
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?B)\b")
+
+# The table's model names (case-folded) -> the retriever's short name in the row id
+# (``base/<short>``; R2MED's own short names for the rows it repeats) and the authors' script
+# for it under REASONEMBED_SCRIPTS ("": none published). The image prints the six ReasonEmbed
+# rows under two section headings with the same three names; the TSV adds the loss to each
+# name, "(InfoNCE)" for the basic section and "(RI-InfoNCE)" for Redapter's. Their short names
+# are their hub checkpoints' (hanhainebula/reason-embed-*-0928, the scripts' model_path).
+REASONEMBED_MODELS: dict[str, tuple[str, str]] = {
+    "bm25": ("bm25", ""),
+    "openai-3-large": ("openai", ""),
+    "gritlm-7b": ("grit", ""),
+    "nv-embed-v2": ("nv", ""),
+    "gte-qwen2-7b-instruct": ("gte-qwen2-7b-instruct", ""),
+    "qwen3-embedding-4b": ("qwen3-embedding-4b", "baselines/eval_qwen3_embedding_4b.sh"),
+    "qwen3-embedding-8b": ("qwen3-embedding-8b", "baselines/eval_qwen3_embedding_8b.sh"),
+    "qwen3-4b-ms": ("qwen3-4b-ms", ""),
+    "qwen3-8b-ms": ("qwen3-8b-ms", ""),
+    "llama-3.1-8b-ms": ("llama-3.1-8b-ms", ""),
+    "reasonir-8b": ("reasonir-8b", "baselines/eval_reasonir_8b.sh"),
+    "rader-gte-qwen2-7b": ("rader-gte-qwen2-7b", "baselines/eval_rader_gte_qwen2_7b.sh"),
+    "diver-retriever": ("diver-retriever-4b", "baselines/eval_diver_retriever_4b.sh"),
+    "reasonembed-qwen3-4b (infonce)": (
+        "reason-embed-basic-qwen3-4b", "ours/eval_reason_embed_basic_qwen3_4b.sh"),
+    "reasonembed-qwen3-8b (infonce)": (
+        "reason-embed-basic-qwen3-8b", "ours/eval_reason_embed_basic_qwen3_8b.sh"),
+    "reasonembed-llama-3.1-8b (infonce)": (
+        "reason-embed-basic-llama-3.1-8b", "ours/eval_reason_embed_basic_llama_3.1_8b.sh"),
+    "reasonembed-qwen3-4b (ri-infonce)": (
+        "reason-embed-qwen3-4b", "ours/eval_reason_embed_qwen3_4b.sh"),
+    "reasonembed-qwen3-8b (ri-infonce)": (
+        "reason-embed-qwen3-8b", "ours/eval_reason_embed_qwen3_8b.sh"),
+    "reasonembed-llama-3.1-8b (ri-infonce)": (
+        "reason-embed-llama-3.1-8b", "ours/eval_reason_embed_llama_3.1_8b.sh"),
+}  # fmt: skip
+
+
+def repeats_r2med(group: str, mark: str) -> bool:
+    """Whether the table says a row is R2MED's own figure: an unmarked baseline."""
+    return group in BASELINE_GROUPS and mark == R2MED_MARK
+
+
+def _paper_line(fields: list[str], where: str) -> tuple[str, dict[str, Any]]:
+    """(row id, its entry) of one line of the paper's TSV."""
+    if len(fields) != len(PAPER_COLUMNS):
+        raise ValueError(
+            f"{where}: {len(fields)} tab-separated fields, expected {len(PAPER_COLUMNS)} "
+            f"({', '.join(PAPER_COLUMNS)})"
+        )
+    model, group, size, mark, avg_text, *task_texts = (f.strip() for f in fields)
+    found = REASONEMBED_MODELS.get(model.casefold())
+    if found is None:
+        raise ValueError(f"{where}: Model {model!r}: not one of Table 3's models (known: "
+                         f"{', '.join(REASONEMBED_MODELS)})")  # fmt: skip
+    short, script = found
+    if group not in PAPER_GROUPS:
+        raise ValueError(f"{where}: Group {group!r}: expected one of {', '.join(PAPER_GROUPS)}")
+    if mark not in PAPER_MARKS:
+        raise ValueError(f"{where}: Mark {mark!r}: expected *, † or nothing")
+    if not _SIZE.fullmatch(size):
+        raise ValueError(f"{where}: Size {size!r}: expected - or a size such as 7B")
+    # The printed Avg is kept as printed, whatever the mean of the tasks: where the two
+    # disagree (RaDeR's) that is what the paper published, shown by `inconsistencies`.
+    avg = _published_figure(avg_text, where, "Avg")
+    figures = {
+        t: _published_figure(v, where, t) for t, v in zip(R2MED_TASKS, task_texts, strict=True)
+    }
+    entry = {
+        "model": model, "group": group, "size": size, "mark": mark, "avg": float(avg),
+        "tasks": {t: float(v) for t, v in figures.items()},
+        "script": f"{REASONEMBED_SCRIPTS}/{script}" if script else "",
+    }  # fmt: skip
+    return f"{BASE_PREFIX}/{short}", entry
+
+
+def build_reasonembed(tsv: Path | str) -> dict[str, Any]:
+    """The data of ReasonEmbed's Table 3 from a TSV of it (``Model Group Size Mark Avg`` and
+    the 8 tasks, ×100, one row a line in the table's order).
+
+    Every cell is checked and every model mapped to its row id; a bad header, field, name,
+    figure or a row given twice is refused in one line naming the line. The table's own
+    inconsistencies are kept as printed (`inconsistencies` shows them).
+    """
+    path = Path(tsv)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = [h.strip() for h in lines[0].split("\t")] if lines else []
+    if header != list(PAPER_COLUMNS):
+        raise ValueError(
+            f"{path.as_posix()}:1: header {header!r}: expected the columns "
+            f"{', '.join(PAPER_COLUMNS)} (tab-separated)"
+        )
+    rows: dict[str, Any] = {}
+    first_line: dict[str, int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        where = f"{path.as_posix()}:{number}"
+        row, entry = _paper_line(line.split("\t"), where)
+        if row in rows:
+            raise ValueError(f"{where}: row {row} again (line {first_line[row]})")
+        rows[row], first_line[row] = entry, number
+    if not rows:
+        raise ValueError(f"{path.as_posix()}: no rows below the header")
+    return {"source": dict(REASONEMBED_SOURCE), "tasks": list(R2MED_TASKS), "rows": rows}
+
+
+def paper_tsv(table: Mapping[str, Any]) -> str:
+    """The TSV `build_reasonembed` reads, written back from its data (for the round trip)."""
+    lines = ["\t".join(PAPER_COLUMNS)]
+    for entry in table["rows"].values():
+        figures = [repr(v) for v in [entry["avg"], *(entry["tasks"][t] for t in R2MED_TASKS)]]
+        lines.append("\t".join([entry["model"], entry["group"], entry["size"], entry["mark"],
+                                *figures]))  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _paper_setup(source: Mapping[str, Any], entry: Mapping[str, Any]) -> str:
+    """What the row's figures are of, as far as the paper and its repository say."""
+    if repeats_r2med(entry["group"], entry["mark"]):
+        return "R2MED's own figures, repeated (an unmarked baseline)"
+    if entry["script"]:
+        return (f"the authors' settings: {entry['script']} at {source['commit']} (model, "
+                "pooling, instruction format, maximum lengths)")  # fmt: skip
+    if entry["mark"] == "†":
+        return "reproduced by the authors; no checkpoint or script of theirs is published"
+    return "evaluated by the authors; no script of theirs is published for it"
+
+
+def _paper_references(data: Mapping[str, Any], table: str) -> dict[str, Reference]:
+    source = data["source"]
+    metric = source["metric"]
+    citation = (f"{source['title']} ({source['authors']}, arXiv {source['arxiv']}), "
+                f"Table {source['table']}")  # fmt: skip
+    return {
+        row: Reference(
+            row=row,
+            tasks={t: {metric: _fraction(v)} for t, v in entry["tasks"].items()},
+            repository=source["repository"],
+            commit=source["commit"],
+            path=source["path"],
+            table=table,
+            kind=PAPER_KIND,
+            published_average=_fraction(entry["avg"]),
+            name=source["name"],
+            setup=_paper_setup(source, entry),
+            citation=citation,
+            printed={k.title(): entry[k] for k in ("model", "group", "size", "mark")},
+        )
+        for row, entry in data["rows"].items()
+    }
+
+
+def printed_text(ref: Reference) -> str:
+    """A paper's row's cells as printed, with what its section and mark mean there."""
+    cells = ref.printed
+    group, mark = cells["Group"], cells["Mark"]
+    meaning = PAPER_MARKS[mark] if group in BASELINE_GROUPS or mark else OWN_MODEL
+    return (f"Model {cells['Model']}, Group {group} (\"{PAPER_GROUPS.get(group, group)}\"), "
+            f"Size {cells['Size']}, Mark {mark or 'none'} ({meaning})")  # fmt: skip
 
 
 # ---- where the two sources disagree --------------------------------------------------------
@@ -791,15 +1032,8 @@ def find_conflicts(
     found = {}
     for row, board in leaderboard.items():
         repo = repository.get(row)
-        if repo is None:
-            continue
-        differ = []
-        for task in R2MED_TASKS:
-            a, b = repo.figure(task, LEADERBOARD_METRIC), board.figure(task, LEADERBOARD_METRIC)
-            if a is not None and b is not None and not agrees(a, b):
-                differ.append(task)
-        if differ:
-            found[row] = Conflict(repo, board, tuple(differ))
+        if repo is not None and (differ := differing(repo, board)):
+            found[row] = Conflict(repo, board, differ)
     return found
 
 
@@ -813,6 +1047,113 @@ def conflict_of(ref: Reference) -> Conflict | None:
     if ref.table not in TABLES:
         return None
     return conflicts().get(ref.row)
+
+
+# ---- a paper's table at odds with itself, and the rows it repeats from R2MED ---------------
+
+
+@dataclass(frozen=True)
+class Inconsistency:
+    """A row whose printed cells disagree with each other: shown, never resolved."""
+
+    ref: Reference
+    cell: str  # the cell at odds: "Avg" or "Size"
+    printed: str  # as printed: "35.19", "8B"
+    other: str  # what the row's other cells say: "35.215" (its tasks' mean), "4B" (its name)
+
+    @property
+    def label(self) -> str:
+        """A figure at odds with the row's own figures is a conflict; a size, a note."""
+        return "CONFLICT" if self.cell == "Avg" else "NOTE"
+
+    def brief(self) -> str:
+        """The note column's words: "CONFLICT: Avg 35.19 printed, its tasks' mean 35.215"."""
+        said = "its tasks' mean" if self.cell == "Avg" else "its name says"
+        return f"{self.label}: {self.cell} {self.printed} printed, {said} {self.other}"
+
+    def text(self) -> str:
+        """Both figures and where each comes from, one line."""
+        if self.cell == "Avg":
+            apart = Decimal(self.other) - Decimal(self.printed)
+            return (
+                f"{self.ref.row}: {self.ref.source_name} prints Avg {self.printed}, the mean "
+                f"of its {len(self.ref.tasks)} printed task figures is {self.other} "
+                f"({abs(apart)} apart; rounding allows {AVERAGE_TOLERANCE})"
+            )
+        return (f"{self.ref.row}: {self.ref.source_name} prints Size {self.printed} for "
+                f"{self.ref.printed['Model']}, whose name says {self.other}")  # fmt: skip
+
+
+def _pct_text(fraction: float) -> str:
+    """A fraction as the figure ×100 it was read from, every decimal kept (35.215)."""
+    return format((Decimal(repr(fraction)) * 100).normalize(), "f")
+
+
+def inconsistencies(ref: Reference) -> list[Inconsistency]:
+    """Where a row's printed cells disagree, found from the row: a printed Avg more than
+    rounding allows (AVERAGE_TOLERANCE) from the mean of its 8 printed task figures, and a
+    printed Size other than the one the model's name states."""
+    found = []
+    figures = [ref.figure(t, LEADERBOARD_METRIC) for t in R2MED_TASKS]
+    if ref.published_average is not None and None not in figures:
+        mean = sum(Decimal(repr(v)) for v in figures) / len(figures)  # type: ignore[arg-type]
+        printed = Decimal(repr(ref.published_average))
+        if abs(mean - printed) * 100 > AVERAGE_TOLERANCE:
+            found.append(Inconsistency(ref, "Avg", _pct_text(ref.published_average),
+                                       format((mean * 100).normalize(), "f")))  # fmt: skip
+    size, model = ref.printed.get("Size"), ref.printed.get("Model", "")
+    named = _SIZE_IN_NAME.search(model)
+    if size and named and named.group(1) != size:
+        found.append(Inconsistency(ref, "Size", size, named.group(1)))
+    return found
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A row a paper prints as R2MED's own figures, beside R2MED's row in one of its sources,
+    compared figure by figure (the Avg too) by `agrees`: to the rounding of the coarser."""
+
+    ref: Reference  # the paper's row
+    original: Reference  # R2MED's row of the same id
+    differ: tuple[str, ...]  # the tasks (and "Avg", last) whose figures differ
+
+    def text(self) -> str:
+        """Same, or each differing figure of both, in one line."""
+        head = (f"{self.ref.row}: {self.ref.source_name} repeats R2MED's figures; against the "
+                f"{self.original.source_name} ({self.original.spec})")  # fmt: skip
+        if not self.differ:
+            return f"{head}: same on all {len(R2MED_TASKS)} tasks and the Avg, to 2 decimals"
+        pairs = ", ".join(f"{t} {_repeat_pct(self.ref, t)} vs {_repeat_pct(self.original, t)}"
+                          for t in self.differ)  # fmt: skip
+        return f"{head}: CONFLICT: differs on {len(self.differ)} figure(s) ({pairs})"
+
+
+def _repeat_pct(ref: Reference, task: str) -> str:
+    """A figure of a repeat's comparison ×100: a task's with its source's decimals, or the Avg."""
+    return _pct(ref.average(LEADERBOARD_METRIC)) if task == "Avg" else task_pct(ref, task)
+
+
+def differing(a: Reference, b: Reference, with_average: bool = False) -> tuple[str, ...]:
+    """The R2MED tasks (and "Avg", last, when ``with_average``) whose nDCG@10 both rows
+    report and which disagree beyond rounding (`agrees`)."""
+    differ = []
+    for task in R2MED_TASKS:
+        x, y = a.figure(task, LEADERBOARD_METRIC), b.figure(task, LEADERBOARD_METRIC)
+        if x is not None and y is not None and not agrees(x, y):
+            differ.append(task)
+    if with_average and not agrees(a.average(LEADERBOARD_METRIC), b.average(LEADERBOARD_METRIC)):
+        differ.append("Avg")
+    return tuple(differ)
+
+
+def repeats_of(ref: Reference) -> list[Repeat]:
+    """A paper's row the paper marks as R2MED's own figures, compared with R2MED's row of the
+    same id in each of R2MED's sources that holds it ([] for any other row)."""
+    cells = ref.printed
+    if ref.kind != PAPER_KIND or not repeats_r2med(cells["Group"], cells["Mark"]):
+        return []
+    originals = [rows[ref.row] for rows in map(load_references, TABLES) if ref.row in rows]
+    return [Repeat(ref, o, differing(ref, o, with_average=True)) for o in originals]
 
 
 # ---- command line --------------------------------------------------------------------------
@@ -864,6 +1205,9 @@ def _source_line(name: str, rows: Mapping[str, Reference]) -> str:
         sources = ", ".join(sorted({ref.source_name for ref in rows.values()}))
         return (f"{len(rows)} row(s) its methods' authors published ({sources}; specs "
                 f"{name}:<row>; show <row> quotes the line)")  # fmt: skip
+    if first.kind == PAPER_KIND:
+        return (f"{len(rows)} rows of {first.citation} (read from {first.location}; specs "
+                f"{name}:<row>; show <row> gives each as printed)")  # fmt: skip
     where = LEADERBOARD_PAGE if first.kind == LEADERBOARD_KIND else (
         f"{first.repository} at {first.commit}, results/")  # fmt: skip
     return f"{len(rows)} rows from the {first.source_name} ({where}; specs {name}:<row>)"
@@ -881,16 +1225,21 @@ def list_text(
     merged = {r: by for r, by in merged_rows(tables).items()
               if method is None or r.split("/", 1)[0] == method}  # fmt: skip
     names = [n for n in tables if n in TABLES or any(n in by for by in merged.values())]
-    heads = [SOURCE_NAMES[KIND_OF_TABLE.get(n, REPOSITORY_KIND)] for n in names]
+    heads = [_column(n, tables[n]) for n in names]
     lines = [f"| row | {' | '.join(heads)} | note |", "|---|" + "---:|" * len(names) + "---|"]
-    shown = []
+    shown, spelt = [], []
     for row, by in merged.items():
         cells = [_average_cell(by.get(n), metric) for n in names]
-        note = ""
+        notes = []
         if (c := found.get(row)) is not None:
-            note = f"CONFLICT: {len(c.tasks)} of {len(c.leaderboard.tasks)} tasks differ"
+            notes.append(f"CONFLICT: {len(c.tasks)} of {len(c.leaderboard.tasks)} tasks differ")
             shown.append(c)
-        lines.append(f"| {row} | {' | '.join(cells)} | {note} |")
+        for name in names:
+            if (ref := by.get(name)) is not None:
+                brief, lines_of = _paper_notes(ref)
+                notes += brief
+                spelt += lines_of
+        lines.append(f"| {row} | {' | '.join(cells)} | {'; '.join(notes)} |")
     lines.append("")
     lines += [_source_line(n, tables[n]) + "." for n in names]
     lines.append(f"{len(merged)} rows shown, Avg {metric} ×100.")
@@ -905,7 +1254,39 @@ def list_text(
             "from the repository's where every task agrees."
         )
     lines += [f"CONFLICT: {c.text()}" for c in shown]
+    lines += spelt
     return "\n".join(lines) + "\n"
+
+
+def _column(name: str, rows: Mapping[str, Reference]) -> str:
+    """A source's column head: its kind's name, or a paper's table's own ("ReasonEmbed
+    Table 3"), since each paper is a source of its own."""
+    kind = KIND_OF_TABLE.get(name, REPOSITORY_KIND)
+    first = next(iter(rows.values()), None)
+    return first.source_name if kind == PAPER_KIND and first is not None else SOURCE_NAMES[kind]
+
+
+def paper_notes(ref: Reference) -> list[str]:
+    """What a row's own printed cells and the R2MED rows it repeats say of it, a line each
+    (CONFLICT, NOTE or REPEAT first): [] for a row of R2MED's own sources."""
+    return _paper_notes(ref)[1]
+
+
+def _paper_notes(ref: Reference) -> tuple[list[str], list[str]]:
+    """A row's notes from its own printed cells and the R2MED rows it repeats: (the words of
+    ``list``'s note column, the lines that spell them out below the table)."""
+    found = inconsistencies(ref)
+    brief = [i.brief() for i in found]
+    spelt = [f"{i.label}: {i.text()}" for i in found]
+    repeats = repeats_of(ref)
+    if repeats:
+        differ = [r.original.source_name for r in repeats if r.differ]
+        brief.append(
+            f"{ref.source_name} repeats R2MED's: "
+            + (f"CONFLICT with the {' and the '.join(differ)}" if differ else "same")
+        )
+        spelt += [f"REPEAT: {r.text()}" for r in repeats]  # fmt: skip
+    return brief, spelt
 
 
 def show_text(ref: Reference, metrics: Sequence[str]) -> str:
@@ -933,6 +1314,8 @@ def _source_lines(ref: Reference) -> list[str]:
     """Where a row's figures come from; an authors' row adds the line quoted, the setup the
     figure is of and what its source leaves unsaid. The last line ends a paragraph."""
     lines = [f"from {ref.source}"]
+    if ref.printed:
+        lines.append(f"as printed: {printed_text(ref)}")
     if ref.quote:
         lines.append(f"which reads: {ref.quote}")
     lines += [f"{label}: {text}" for label, text in (("setup", ref.setup), ("note", ref.note))
@@ -983,14 +1366,40 @@ def show_rows(spec: str, metrics: Sequence[str]) -> str:
     conflict = conflict_of(refs[0])
     if conflict is not None:
         blocks.append(conflict_text(conflict))
+    for ref in refs:  # a paper's row: where it disagrees with itself, and what it repeats
+        found = inconsistencies(ref)
+        if found:
+            blocks.append("".join(f"{i.label}: {i.text()}\n" for i in found))
+        if repeats := repeats_of(ref):
+            blocks.append(repeat_text(ref, repeats))
     return "\n".join(blocks)
+
+
+def repeat_text(ref: Reference, repeats: Sequence[Repeat]) -> str:
+    """A paper's row that repeats R2MED's, beside R2MED's row in each source that holds it:
+    nDCG@10 ×100 figure by figure, each "same" or naming the sources it differs from."""
+    originals = [r.original for r in repeats]
+    lines = [
+        f"REPEAT: {ref.source_name} prints {ref.row} as R2MED's own figures; figure by figure "
+        "against R2MED's row (same: equal to the rounding of the coarser)\n",
+        "| figure | " + " | ".join(o.source_name for o in originals)
+        + f" | {ref.source_name} | |",
+        "|---|" + "---:|" * (len(originals) + 1) + "---|",
+    ]  # fmt: skip
+    for figure in (*R2MED_TASKS, "Avg"):
+        differ = [r.original.source_name for r in repeats if figure in r.differ]
+        verdict = f"differs from the {' and the '.join(differ)}" if differ else "same"
+        cells = [_repeat_pct(o, figure) for o in (*originals, ref)]
+        lines.append(f"| {figure} | {' | '.join(cells)} | {verdict} |")
+    return "\n".join(lines) + "\n"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m eval.references",
-        description="R2MED's published per-task figures, from its repository's results/ and "
-        "its leaderboard (r2med.github.io): build the shipped tables, list their rows, show one.",
+        description="R2MED's published per-task figures, from its repository's results/, "
+        "its leaderboard (r2med.github.io), methods' authors and ReasonEmbed's Table 3 (arXiv "
+        "2510.08252): build the shipped tables, list their rows, show one.",
     )
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="read R2MED's results/ folder into a table")
@@ -1000,6 +1409,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     lb = sub.add_parser("build-leaderboard", help="read a TSV copy of the leaderboard")
     lb.add_argument("tsv", type=Path, metavar="TSV", help="llm, retriever, avg, the 8 tasks")
     lb.add_argument("-o", "--out", type=Path, default=None, help="default: print it")
+    rb = sub.add_parser("build-reasonembed", help="read a TSV of ReasonEmbed's Table 3")
+    rb.add_argument("tsv", type=Path, metavar="TSV", help="Model, Group, Size, Mark, Avg, tasks")
+    rb.add_argument("-o", "--out", type=Path, default=None, help="default: print it")
     ls = sub.add_parser("list", help="every row with each source's average over the 8 tasks")
     ls.add_argument("--method", default=None, help="base, reranker, hyde, query2doc, ...")
     ls.add_argument("--metric", default=HEADLINE, help="default: %(default)s")
@@ -1011,7 +1423,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "row",
         metavar="ROW",
         help="a row id (hyde/qwen-7b/bm25: every source that has it) or a spec "
-        f"(r2med:<row>, {LEADERBOARD_TABLE}:<row>, {AUTHORS_TABLE}:<row>)",
+        f"(r2med:<row>, {LEADERBOARD_TABLE}:<row>, {AUTHORS_TABLE}:<row>, "
+        f"{REASONEMBED_TABLE}:<row>)",
     )
     sh.add_argument(
         "--metrics", default=",".join(SHOWN_METRICS), help="comma-separated; default: %(default)s"
@@ -1063,6 +1476,10 @@ def _main(args: argparse.Namespace) -> int:
         if not args.tsv.is_file():
             raise ValueError(f"TSV {args.tsv}: not a file")
         _write(leaderboard_text(build_leaderboard(args.tsv)), args.out)
+    elif args.command == "build-reasonembed":
+        if not args.tsv.is_file():
+            raise ValueError(f"TSV {args.tsv}: not a file")
+        _write(leaderboard_text(build_reasonembed(args.tsv)), args.out)
     elif args.command == "list":
         _list(args)
     else:

@@ -466,7 +466,8 @@ def test_reference_specs_and_one_line_refusals():
         reference("hyde/qwen-7b/bm25")
     with pytest.raises(
         UnknownReference,
-        match="unknown reference table 'paper'; known: r2med, r2med-authors, r2med-leaderboard",
+        match="unknown reference table 'paper'; known: r2med, r2med-authors, r2med-leaderboard, "
+        "reasonembed-table3",
     ):
         reference("paper:base/bm25")
     with pytest.raises(UnknownReference, match="unknown reference table"):
@@ -486,13 +487,16 @@ def test_list_shows_both_sources_side_by_side_and_the_conflict(capsys):
     assert "| hyde/qwen-72b/nv | 37.00 | - |  |" in rows
     assert "| hyde/huatuo-o1-70b/bm25 | 33.42 | 33.43 |  |" in rows  # the page's own Avg
     assert lines[0] == "| row | R2MED repository | R2MED leaderboard | note |"
-    assert references_main(["list"]) == 0  # every row: the authors' column too
+    assert references_main(["list"]) == 0  # every row: the authors' and Table 3's columns too
     out = capsys.readouterr().out
-    assert out.startswith("| row | R2MED repository | R2MED leaderboard | method's authors | note")
-    assert "| base/bm25 | 15.13 | 15.13 | - |  |" in out
-    assert "| search-o1/qwq-32b/bm25 | - | 35.57 | - |  |" in out
-    assert "| base/medcpt | 7.87 | 9.02 | - | CONFLICT: 7 of 8 tasks differ |" in out
-    assert "92 rows shown" in out and f"71 rows from the R2MED repository (https://github.com/" \
+    assert out.startswith("| row | R2MED repository | R2MED leaderboard | method's authors | "
+                          "ReasonEmbed Table 3 | note")  # fmt: skip
+    assert "| base/bm25 | 15.13 | 15.13 | - | 15.13 | ReasonEmbed Table 3 repeats R2MED's: " \
+        "same |" in out  # fmt: skip
+    assert "| search-o1/qwq-32b/bm25 | - | 35.57 | - | - |  |" in out
+    assert "| base/medcpt | 7.87 | 9.02 | - | - | CONFLICT: 7 of 8 tasks differ |" in out
+    # R2MED's 92 rows and the 15 of Table 3's 19 that R2MED has not
+    assert "107 rows shown" in out and f"71 rows from the R2MED repository (https://github.com/" \
         f"R2MED/R2MED at {COMMIT}, results/; specs r2med:<row>)" in out  # fmt: skip
     assert "67 rows from the R2MED leaderboard (https://r2med.github.io" in out
     assert "CONFLICT: base/medcpt: R2MED's two sources conflict" in out

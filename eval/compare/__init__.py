@@ -41,8 +41,9 @@ Decisions worth knowing:
 * The charts mark a no-LLM baseline (`reference_run`): the baseline when no LLM had a part
   in its ranking, else the first such run. A run says so in its folder (``llm_free``); an
   older folder that does not counts as such when its records show no LLM call.
-* ``--reference r2med:<row>`` (R2MED's repository) or ``r2med-leaderboard:<row>`` (its
-  leaderboard) sets a published row (`eval.references`) beside the runs: its
+* ``--reference r2med:<row>`` (R2MED's repository), ``r2med-leaderboard:<row>`` (its
+  leaderboard) or another shipped source's spec (``reasonembed-table3:<row>``, ReasonEmbed's
+  Table 3) sets a published row (`eval.references`) beside the runs: its
   figure for the metric on each compared task R2MED reports, and each run's difference from
   it, per task and on the mean over those same tasks (never over tasks one side lacks). The
   paper's figures are over every query of a task, so a run with ``--limit`` is noted.

@@ -49,8 +49,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[],
         metavar="r2med:ROW",
         help="a published row to set beside the runs (repeatable; python -m eval.references "
-        "list shows them), e.g. r2med:hyde/qwen-7b/bm25 (R2MED's repository) or "
-        "r2med-leaderboard:hyde/o3-mini/nv (its leaderboard)",
+        "list shows them), e.g. r2med:hyde/qwen-7b/bm25 (R2MED's repository), "
+        "r2med-leaderboard:hyde/o3-mini/nv (its leaderboard) or "
+        "reasonembed-table3:base/reason-embed-qwen3-8b (ReasonEmbed's Table 3)",
     )
     p.add_argument("--no-plots", action="store_true", help="no tasks.png and cost.png")
     p.add_argument(

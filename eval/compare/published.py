@@ -1,5 +1,5 @@
 """Published rows beside the runs (``--reference r2med:<row>``, ``--reference
-r2med-leaderboard:<row>``, `eval.references`).
+r2med-leaderboard:<row>``, ``--reference reasonembed-table3:<row>``, `eval.references`).
 
 A row's figure for the metric on each compared task R2MED reports, and each run's difference
 from it, per task and on the mean over those same tasks (never over tasks one side lacks).
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from eval.compare.model import CompareError, Published, RunData
 from eval.datasets import r2med_task_name
-from eval.references import Reference, UnknownReference, conflict_of, reference
+from eval.references import Reference, UnknownReference, conflict_of, paper_notes, reference
 
 
 def resolve_references(given: Sequence[str | Reference]) -> list[Reference]:
@@ -57,6 +57,8 @@ def published_notes(
         if conflict is not None and conflict.row not in conflicting:  # shown, never resolved
             notes.append(f"{p.label}: CONFLICT: {conflict.text()}")
             conflicting.add(conflict.row)
+        # a paper's row at odds with itself, or repeating R2MED's: shown as the paper has it
+        notes += [f"{p.label}: {note}" for note in paper_notes(ref)]
         if foreign:
             notes.append(
                 f"{p.label}: {', '.join(foreign)}: not R2MED's task(s), so no published figure "
