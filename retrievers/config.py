@@ -256,16 +256,19 @@ class DenseConfig:
         metadata=_flag(
             "trust_remote_code",
             "dense: let models whose family runs their repository's own code load (NV-Embed, "
-            "GritLM); off unless given",
+            "GritLM, ReasonIR, RaDeR, gte-Qwen2); off unless given",
             switch=True,
         ),
     )
-    ignore_identical_ids: bool = field(
-        default=True,
+    # None: the family's rule (families.json): R2MED's families drop the document (BEIR's exact
+    # search), the ReasonEmbed authors' keep it. A config.json that recorded true or false
+    # before there were rules still means what it said.
+    ignore_identical_ids: bool | None = field(
+        default=None,
         metadata=_flag(
             "ignore_identical_ids",
-            "dense/api: never return the document whose id is the query's (R2MED's dense "
-            "evaluation, BEIR's exact search): true or false",
+            "dense/api: true never returns the document whose id is the query's, false keeps "
+            "it (default: the family's rule: R2MED's drops it, ReasonEmbed's keeps it)",
             type=boolean,
             metavar="{true,false}",
         ),
@@ -279,6 +282,7 @@ class DenseConfig:
             "batch_size": positive_int,
             "max_length": optional(positive_int),
             "instructions": one_of(INSTRUCTION_SETS),
+            "ignore_identical_ids": optional(boolean),
         }
         check_fields(self, self.SECTION, rules)
 

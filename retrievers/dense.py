@@ -352,16 +352,23 @@ def build_dense(
     instructions: str = "r2med",
     family: str = AUTO,
     trust_remote_code: bool = False,
-    ignore_identical_ids: bool = True,
+    ignore_identical_ids: bool | None = None,
 ) -> DenseIndex:
     """Embed ``corpus`` ({doc_id: text}) with ``model`` as its family's encoder does (R2MED's
-    for the retrievers R2MED runs), or load the cache."""
+    for the retrievers R2MED runs, the ReasonEmbed authors' for theirs), or load the cache.
+
+    ``ignore_identical_ids``: None follows the family's rule (R2MED's families never return a
+    document whose id is the query's; the authors' keep it); true or false overrides it.
+    """
     model_id, load_path = resolve_model(model)
     chosen = family_for(model_id, family)
     if chosen.is_api:
         raise ValueError(f"dense:{model}: {chosen.name} is an API embedder; use api:{model}")
+    auto_dtype = dtype == "auto"
     dtype = resolve_dtype(dtype, chosen)
     device = resolve_device(device)
+    if auto_dtype:  # the family's on this device (FlagEmbedding's fp16 is off on the CPU)
+        dtype = chosen.dtype_on(device) or dtype
     # a big model takes a while to load; taken back after, so a refusal is still one line
     with (
         transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress),
@@ -394,7 +401,7 @@ def build_dense(
         resolve_instructions(model_id, task_name, instructions, chosen.name),
         cache_dir,
         progress,
-        ignore_identical_ids=ignore_identical_ids,
+        ignore_identical_ids=chosen.drops_identical_ids(ignore_identical_ids),
     )
 
 

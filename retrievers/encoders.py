@@ -22,6 +22,16 @@ the family, as in R2MED (R2MED/R2MED@62b7074, src/utils.py):
 * ``sentence-transformers``: the model's own modules, the instruction prefixed, normalised
   (families R2MED does not run, e.g. the default all-MiniLM-L6-v2).
 
+The ReasonEmbed authors' R2MED evaluation (VectorSpaceLab/agentic-search@b2f2e40,
+ReasonEmbed/evaluation_r2med) runs the reasoning embedders that lead R2MED:
+
+* ``flag-decoder`` (FlagEmbedding 1.3.5's ``BaseLLMEmbedder``, inference/embedder/decoder_only/
+  base.py): AutoTokenizer/AutoModel, the instruction prefixed, each text truncated to 512
+  tokens, batches longest first padded on the tokenizer's own side, last-token pooling as
+  theirs detects left padding, normalised.
+* ``reasonir`` (their ``ReasonIREncoder``, code/reasonir_models.py): the model's own code
+  through sentence-transformers with its prompts, 512 tokens, normalised.
+
 Tokenizers: R2MED ran transformers 4.x, whose Llama-style tokenizers honoured
 ``add_bos_token``/``add_eos_token`` from ``tokenizer_config.json``; transformers 5 follows
 only ``tokenizer.json``'s template, so e5-mistral and SFR lose the ``</s>`` their last-token
@@ -391,6 +401,128 @@ def nv_encoder(load: Load) -> Encoder:
     return encode
 
 
+# --- the ReasonEmbed authors' R2MED evaluation ----------------------------------------------
+
+# Tokenizer classes whose transformers 4.x versions honoured tokenizer_config.json's
+# add_bos_token/add_eos_token (LlamaTokenizer(Fast).update_post_processor and its copies): the
+# authors ran 4.x, so only these get the special tokens 5.x no longer adds. Others (Qwen2's,
+# Llama 3's PreTrainedTokenizerFast) ignored the flags then as they do now.
+_SPECIAL_FLAGS_HONOURED_BY_4X = frozenset(
+    f"{name}{fast}" for name in ("LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer")
+    for fast in ("", "Fast")
+)  # fmt: skip
+
+
+@cache
+def _flag_decoder_model(load_path: str, dtype: str, device: str, remote_code: bool) -> tuple:
+    from transformers import AutoModel, AutoTokenizer
+
+    # FlagEmbedding decoder_only/base.py L90-99: trust_remote_code for both, as the family's
+    # script passes it (RaDeR's: --trust_remote_code True); the dtype as resolved (base.py
+    # L214-215: fp16 on a GPU, switched off on the CPU)
+    tokenizer = AutoTokenizer.from_pretrained(load_path, trust_remote_code=remote_code)
+    model = AutoModel.from_pretrained(
+        load_path, trust_remote_code=remote_code, dtype=torch_dtype(dtype)
+    )
+    return tokenizer, model.to(device).eval()
+
+
+def flag_decoder_encoder(load: Load) -> Encoder:
+    """FlagEmbedding 1.3.5's BaseLLMEmbedder.encode_single_device (decoder_only/base.py
+    L188-295), as the ReasonEmbed authors' runner builds it (code/runner.py L46-63)."""
+    import torch
+
+    tokenizer, model = _flag_decoder_model(
+        load.path, load.dtype, load.device, load.family.remote_code
+    )
+    if tokenizer.pad_token is None:  # tokenizer.pad (base.py L268) would fail mid-encode
+        raise ValueError(
+            f"dense: {load.path}: its tokenizer has no pad token, so FlagEmbedding's "
+            f"BaseLLMEmbedder cannot batch it either ({load.family.name} checkpoints ship one)"
+        )
+    config = _tokenizer_config(load.path)
+    honoured = config.get("tokenizer_class") in _SPECIAL_FLAGS_HONOURED_BY_4X
+    specials = special_tokens_to_add(tokenizer, load.path) if honoured else SpecialTokens()
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, model.config.hidden_size), dtype=np.float32)
+        # base.py L226-239: every text tokenized with truncation at the role's max length
+        rows = token_ids(tokenizer, [instruction + t for t in texts], load.length(role), specials)
+        # L241-243: longest first (their np.argsort), so a batch pads little
+        order = np.argsort([-len(r) for r in rows])
+        parts = []
+        with torch.inference_mode():
+            for start in range(0, len(rows), load.batch_size):
+                batch = [rows[i] for i in order[start : start + load.batch_size]]
+                inputs = _padded(tokenizer, batch, load.device)  # L268-273: the tokenizer's side
+                hidden = model(**inputs, return_dict=True).last_hidden_state
+                # L275-277: last_token_pool (L12-29), the same test for left padding as pool()
+                pooled = pool(hidden, inputs["attention_mask"], "last")
+                parts.append(_rows(pooled, load.family.normalize))
+        out = np.concatenate(parts)[np.argsort(order)]  # L290: back to the input order
+        return out.astype(np.float32, copy=False)
+
+    return encode
+
+
+@cache
+def _reasonir_model(load_path: str, dtype: str, device: str) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    # code/reasonir_models.py L31 with runner.py L40-44: SentenceTransformer with the
+    # repository's own code, model_kwargs torch_dtype "auto"
+    model = SentenceTransformer(
+        load_path,
+        device=device,
+        trust_remote_code=True,
+        model_kwargs={"dtype": torch_dtype(dtype)},
+    )
+    return model.eval()
+
+
+def reasonir_encoder(load: Load) -> Encoder:
+    """The authors' ReasonIREncoder (code/reasonir_models.py L16-69): ``model.encode(texts,
+    prompt=, normalize_embeddings=True)`` at 512 tokens for both roles, queries behind
+    ``<|user|>\n{instruction}\n<|embed|>\n`` and documents behind ``<|embed|>\n``.
+
+    As the sentence-transformers of their stack (<= 5, on transformers 4.x) computed it: each
+    prompt + text stripped of surrounding white space before tokenizing (Transformer.tokenize),
+    and the prompt's length (its stripped tokens less one) passed on to the pooling, which uses
+    it only where the checkpoint's pooling leaves the prompt out. Sentence-transformers 6 strips
+    nothing. Their encoder never calls set_pooling_include_prompt: the checkpoint's own pooling
+    configuration decides.
+    """
+    import torch
+
+    model = _reasonir_model(load.path, load.dtype, load.device)
+
+    def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
+        model.max_seq_length = load.length(role)  # reasonir_models.py L49, L62
+        prompt_length = 0
+        if instruction:
+            prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1
+
+        def encode_batch(batch: list[str]) -> np.ndarray:
+            features = model.preprocess([(instruction + t).strip() for t in batch])
+            features = {
+                k: v.to(model.device) if isinstance(v, torch.Tensor) else v
+                for k, v in features.items()
+            }
+            if prompt_length:
+                features["prompt_length"] = prompt_length
+            return _rows(model(features)["sentence_embedding"], load.family.normalize)
+
+        # sentence-transformers' encode: longest texts first, batch by batch
+        order = np.argsort([-len((instruction + t).strip()) for t in texts])
+        ordered = _batched([texts[i] for i in order], load.batch_size, encode_batch)
+        return ordered[np.argsort(order)]
+
+    return encode
+
+
 LOADERS: dict[str, Callable[..., Encoder]] = {
     "hf": hf_encoder,
     "bmr": bmr_encoder,
@@ -398,6 +530,8 @@ LOADERS: dict[str, Callable[..., Encoder]] = {
     "instructor": instructor_encoder,
     "grit": grit_encoder,
     "nv": nv_encoder,
+    "flag-decoder": flag_decoder_encoder,
+    "reasonir": reasonir_encoder,
 }
 
 

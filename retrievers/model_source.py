@@ -58,7 +58,8 @@ class Needs:
     tokenizer: bool = True
     config: bool = True  # config.json (a PEFT adapter has adapter_config.json instead)
     # the class ``AutoModel`` loads comes from the repository's own code (config.json's
-    # auto_map), as NV-Embed's does: a folder without it would load as a plain model
+    # auto_map), as NV-Embed's and ReasonIR's do: a folder without it would load as a plain
+    # model (families.OWN_CODE_LOADERS)
     own_code: bool = False
 
     @classmethod

@@ -37,7 +37,7 @@ from .base import BM25Retriever, DenseRetriever, Retriever, SearchRequest
 from .bm25 import build_bm25
 from .config import RETRIEVER_KINDS, RETRIEVERS, RetrieverConfig, SpecPart
 from .dense import DEFAULT_DENSE_MODEL, build_dense, resolve_device, resolve_model
-from .families import family_for
+from .families import OWN_CODE_LOADERS, family_for
 from .hybrid import HybridRetriever
 from .model_source import TOKENIZER, Needs, check_model_source
 
@@ -140,7 +140,10 @@ def build_api_member(part, config, task, cache_dir, progress, device, transport=
         api_base=api.api_base,
         params=api.params,
         transport=transport,
-        ignore_identical_ids=config.dense.ignore_identical_ids,
+        # the API family's rule unless dense.ignore_identical_ids says otherwise
+        ignore_identical_ids=family_for(part.arg).drops_identical_ids(
+            config.dense.ignore_identical_ids
+        ),
     )
     return DenseRetriever(index, name=part.text)
 
@@ -157,12 +160,12 @@ def build_remote_member(
 def check_models(config: RetrieverConfig, flag: str = "--retriever") -> None:
     """Every model ``config`` loads from a folder or the hub, checked before any work
     (`retrievers.model_source`): each dense member's weights and tokenizer (and NV-Embed's own
-    code), and the hub tokenizer an API family cuts texts with (voyage's)."""
+    code, and ReasonIR's), and the hub tokenizer an API family cuts texts with (voyage's)."""
     for part in config.parts:
         if part.kind == "dense":
             model_id, load_path = resolve_model(part.arg or DEFAULT_DENSE_MODEL)
             family = family_for(model_id, config.dense.family)
-            needs = Needs(own_code=family.loader == "nv")
+            needs = Needs(own_code=family.loader in OWN_CODE_LOADERS)
             check_model_source(load_path, f"{flag} {part.text}", needs)
         elif part.kind == "api":
             kind, _, name = (family_for(part.arg).tokenizer or "").partition(":")
