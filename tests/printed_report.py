@@ -21,6 +21,8 @@ from eval import runs
 TASK_LINE = re.compile(
     r"(?P<task>\S+): NDCG@10 = (?P<ndcg>[01]\.\d{5})"
     r"(?: \(BM25 without LLM: (?P<bm25>[01]\.\d{5})\))?"
+    # a run that reproduces a published row: the row's figure with its source (agents.paper)
+    r"(?: \((?P<paper>[^():;]+): (?P<paper_figure>[01]\.\d{4,5})(?:; [^()]+)?\))?"
     r"(?:; LLM calls (?P<calls>\d+) \((?P<cached>\d+) cached\), "
     r"tokens (?P<prompt>\d+) in / (?P<completion>\d+) out)?"
 )
@@ -31,6 +33,11 @@ AVERAGING = re.compile(
 )
 TABLE_ROW = re.compile(r"\| (?P<cells>[^|]+(?: \| [^|]+)*) \|")
 PERCENT = re.compile(r"\d{1,3}\.\d{2}")
+# the published row's average over the run's R2MED tasks, with its source (agents.paper)
+PAPER_AVERAGE = re.compile(
+    r"(?P<source>[^()]+) \((?P<row>[^()]+)\): avg nDCG@10 (?P<avg>\d{1,3}\.\d{2}) over the "
+    r"same tasks(?:; .+)?"
+)
 WALL = re.compile(r"wall time (?P<seconds>\d+\.\d) s; run folder: (?P<folder>.+)")
 
 
@@ -42,6 +49,8 @@ class TaskFigures:
     evaluated: int
     qrels: int
     missing: int
+    paper: str | None = None  # the published row beside the task: "<source>, <row>"
+    paper_figure: str | None = None  # its figure, as printed
 
 
 @dataclass
@@ -52,6 +61,7 @@ class Report:
     average: str
     seconds: float
     folder: Path
+    paper_average: str | None = None  # the published row's average line, as printed
 
 
 def parse_report(stdout: str) -> Report:
@@ -69,10 +79,15 @@ def parse_report(stdout: str) -> Report:
         tasks[line["task"]] = TaskFigures(
             line["ndcg"], line["bm25"], usage,  # type: ignore[arg-type]
             *(int(averaging[k]) for k in ("evaluated", "qrels", "missing")),
+            paper=line["paper"], paper_figure=line["paper_figure"],
         )  # fmt: skip
         i += 2
     assert tasks, f"no task line in {stdout!r}"
     rest = lines[i:]
+    paper_average = None
+    if len(rest) == 6:  # the published row's average, between the leaderboard and the time
+        paper_average = rest.pop(4)
+        assert PAPER_AVERAGE.fullmatch(paper_average), paper_average
     assert len(rest) == 5, f"expected the leaderboard, a blank line and the wall time: {rest}"
     header, rule, row, blank, wall = rest
     head = TABLE_ROW.fullmatch(header)
@@ -91,7 +106,7 @@ def parse_report(stdout: str) -> Report:
     assert timing, wall
     return Report(
         tasks, cells[0], dict(zip(columns[1:-1], cells[1:-1], strict=True)), cells[-1],
-        float(timing["seconds"]), Path(timing["folder"]),
+        float(timing["seconds"]), Path(timing["folder"]), paper_average,
     )  # fmt: skip
 
 
