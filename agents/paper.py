@@ -27,9 +27,10 @@ ReasonEmbed's Table 3 (arXiv 2510.08252; ``reasonembed-table3``) adds retrievers
 authors evaluated, under the hub names of the authors' scripts (`REASONEMBED_RETRIEVERS`). A
 run of one with ``--agent none`` is shown beside its Table 3 row; its four rows that repeat
 R2MED's (bm25, openai, grit, nv) stay R2MED's, whose sources come first. A dense run
-reproduces a row only with its model's own family and instructions: ``--dense-family`` naming
-another family than the one its name points to, or ``--instructions none``, is not the setup
-the figure is of.
+reproduces a row only as its model's own family encodes and searches: ``--dense-family``
+naming another family than the one its name points to, ``--instructions none``, a
+``--max-length`` or ``--ignore-identical-ids`` other than the family's is not the setup the
+figure is of.
 """
 
 from __future__ import annotations
@@ -173,16 +174,23 @@ def r2med_retriever(retriever: Mapping[str, Any]) -> str | None:
 
 
 def _own_encoding(model: str, dense: Mapping[str, Any]) -> bool:
-    """Whether a dense run encoded with its model's own family and instructions, as the
-    published figures were (a config that does not record them used the defaults: auto and
-    r2med). The family is compared by what it resolves to, so naming the family the model's
-    name points to is the same run as leaving it to auto."""
+    """Whether a dense run encoded and searched as its model's own family does, as the
+    published figures were: that family (auto, or naming the family the model's name points
+    to), its instructions, its maximum length and its rule for a document whose id is the
+    query's (which decides the figure on a task whose query ids are document ids). A setting
+    a config does not record, or records as None, is the family's."""
     from retrievers.families import AUTO, family_for  # reads families.json: no heavy import
 
+    own = family_for(model)
+    if (dense.get("family") or AUTO) not in (AUTO, own.name):
+        return False
     if dense.get("instructions", "r2med") == "none":
         return False
-    family = dense.get("family") or AUTO
-    return family == AUTO or family == family_for(model).name
+    length = dense.get("max_length")
+    ignore = dense.get("ignore_identical_ids")
+    return (length is None or length == own.max_length) and (
+        ignore is None or ignore == own.ignore_identical_ids
+    )
 
 
 def _reranker_row(config: Mapping[str, Any], retriever: str | None) -> str | None:

@@ -378,9 +378,13 @@ def test_every_model_with_a_published_checkpoint_maps_to_its_row():
 def test_a_run_config_maps_to_its_row(spec, row):
     config = _config(spec)
     assert paper_references(config)[0].row == row
-    # naming the family the model's name points to is the same run as leaving it to auto
-    model = spec.split(":", 1)[1]
-    assert paper_reference(_config(spec, dense_family=family_for(model).name)).row == row
+    # naming the family the model's name points to, or its own length or rule for a document
+    # whose id is the query's, is the same run as leaving them to the family
+    own = family_for(spec.split(":", 1)[1])
+    same = {"dense_family": own.name, "ignore_identical_ids": own.ignore_identical_ids}
+    if own.max_length is not None:
+        same["max_length"] = own.max_length
+    assert paper_reference(_config(spec, **same)).row == row
 
 
 @pytest.mark.parametrize(
@@ -388,6 +392,8 @@ def test_a_run_config_maps_to_its_row(spec, row):
     [
         {"instructions": "none"},  # not the setup the figures are of
         {"dense_family": "bge"},  # another family's encoding
+        {"max_length": 256},  # the family's (the authors') is 512
+        {"ignore_identical_ids": True},  # the authors' search keeps a query's own id
         {"agent": "hyde", "model": "openai/gpt-4o-2024-11-20"},  # an LLM expansion
         {"retriever": "bm25+dense:hanhainebula/reason-embed-qwen3-8b-0928"},  # a fusion
         {"rerank": ["cross:BAAI/bge-reranker-v2-m3,depth=10"]},
