@@ -254,3 +254,188 @@ def nv_embed(folder: Path, seed: int = 0) -> Path:
         sys.modules.pop(f"{name}.{module}", None)
     sys.modules.pop(name, None)
     return folder
+
+
+# --- the reasoning embedders that lead R2MED (tests/test_reasoning_embedders.py) ---------------
+
+
+def byte_level_tokenizer(
+    folder: Path, specials: list[str], single: str, config: dict, vocab_size: int = 300
+) -> int:
+    """A byte-level BPE tokenizer as Qwen and Llama 3 repositories ship one: ``tokenizer.json``
+    whose post-processor template is ``single`` (e.g. ``"$A <|endoftext|>"``: the EOS the
+    tokenizer itself appends), and ``tokenizer_config.json`` = ``config``. Returns the vocabulary
+    size."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
+    from tokenizers import models as tk_models
+
+    folder.mkdir(parents=True, exist_ok=True)
+    tk = Tokenizer(tk_models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tk.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tk.train_from_iterator(TEXTS * 3, trainer)
+    used = [s for s in specials if s in single.split()]
+    tk.post_processor = processors.TemplateProcessing(
+        single=single, special_tokens=[(s, tk.token_to_id(s)) for s in used]
+    )
+    tk.save(str(folder / "tokenizer.json"))
+    _write_json(folder / "tokenizer_config.json", config)
+    return tk.get_vocab_size()
+
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def qwen_tokenizer(folder: Path, eos_template: bool, padding_side: str, **extra) -> int:
+    """Qwen2/Qwen3's tokenizer: no BOS, ``<|endoftext|>`` as the pad token. Qwen3-Embedding's
+    and gte-Qwen2's ``tokenizer.json`` append ``<|endoftext|>`` to every text (their last-token
+    pooling reads it); a base Qwen3's does not. ``extra`` joins tokenizer_config.json (e.g.
+    ``add_eos_token``, which Qwen's tokenizer classes ignore, in transformers 4 as in 5)."""
+    config = {
+        "tokenizer_class": "Qwen2Tokenizer",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "padding_side": padding_side,
+        "model_max_length": 131072,
+        **extra,
+    }
+    single = "$A <|endoftext|>" if eos_template else "$A"
+    return byte_level_tokenizer(folder, QWEN_SPECIALS, single, config)
+
+
+def _decoder_config(kind: str, vocab_size: int):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    sizes = {
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1024,
+        "vocab_size": vocab_size,
+    }
+    if kind == "qwen3":
+        return Qwen3Config(head_dim=8, **sizes)
+    if kind == "qwen2":
+        return Qwen2Config(**sizes)
+    if kind == "mistral":
+        return MistralConfig(**sizes)
+    return LlamaConfig(**sizes)
+
+
+def decoder(folder: Path, kind: str, vocab_size: int, seed: int = 0) -> Path:
+    """A tiny base model (AutoModel's class: Qwen3Model, Qwen2Model, LlamaModel) beside the
+    tokenizer already written in ``folder``."""
+    import torch
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)
+    AutoModel.from_config(_decoder_config(kind, vocab_size)).save_pretrained(folder)
+    return folder
+
+
+def qwen3(folder: Path, eos_template: bool = True, seed: int = 0, **extra) -> Path:
+    """A tiny Qwen3 (Qwen3-Embedding, DIVER, ReasonEmbed-Qwen3): left padding, as
+    Qwen3-Embedding's tokenizer_config.json sets it."""
+    return decoder(folder, "qwen3", qwen_tokenizer(folder, eos_template, "left", **extra), seed)
+
+
+def qwen2(folder: Path, seed: int = 0) -> Path:
+    """A tiny Qwen2 (gte-Qwen2-7B-instruct, RaDeR): right padding, ``<|endoftext|>`` appended."""
+    return decoder(folder, "qwen2", qwen_tokenizer(folder, True, "right"), seed)
+
+
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+
+
+def llama3_tokenizer(folder: Path, padding_side: str) -> int:
+    """Llama 3.1's tokenizer: ``<|begin_of_text|>`` prepended by ``tokenizer.json``, no EOS, a
+    PreTrainedTokenizerFast without token type ids; the pad token a fine-tune sets
+    (FlagEmbedding's decoder-only fine-tuning: the EOS, finetune/embedder/decoder_only/base/
+    runner.py L51-58)."""
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|end_of_text|>",
+        "pad_token": "<|end_of_text|>",
+        "padding_side": padding_side,
+        "model_input_names": ["input_ids", "attention_mask"],
+        "model_max_length": 131072,
+    }
+    return byte_level_tokenizer(folder, LLAMA3_SPECIALS, "<|begin_of_text|> $A", config)
+
+
+def llama3(folder: Path, padding_side: str = "left", seed: int = 0) -> Path:
+    """A tiny Llama 3.1 (ReasonEmbed-Llama-3.1-8B)."""
+    return decoder(folder, "llama", llama3_tokenizer(folder, padding_side), seed)
+
+
+REASONIR_MODEL = '''import torch
+from transformers import LlamaModel
+
+
+class TinyReasonIRModel(LlamaModel):
+    """The repository's own model class in miniature: a Llama whose hidden states pass through
+    one more layer of its own (ReasonIR's real class changes the attention; what matters here
+    is that the class comes from the folder's code, not transformers')."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.own = torch.nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_init()
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        out.last_hidden_state = torch.tanh(self.own(out.last_hidden_state))
+        return out
+'''
+
+
+def reasonir(folder: Path, seed: int = 0, include_prompt: bool = True) -> Path:
+    """A folder laid out as reasonir/ReasonIR-8B is: a Llama 3.1 tokenizer, ``config.json``
+    whose ``auto_map`` names the repository's own model class (loaded only with remote code),
+    and sentence-transformers' modules (Transformer, mean Pooling)."""
+    import importlib.util
+    import sys
+
+    import torch
+
+    vocab_size = llama3_tokenizer(folder, "right")
+    (folder / "modeling_tiny_reasonir.py").write_text(REASONIR_MODEL, encoding="utf-8")
+    name = f"tiny_reasonir_{abs(hash(str(folder)))}"
+    spec = importlib.util.spec_from_file_location(name, folder / "modeling_tiny_reasonir.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        torch.manual_seed(seed)
+        module.TinyReasonIRModel(_decoder_config("llama", vocab_size)).save_pretrained(folder)
+    finally:
+        sys.modules.pop(name, None)
+    data = json.loads((folder / "config.json").read_text())
+    data["auto_map"] = {"AutoModel": "modeling_tiny_reasonir.TinyReasonIRModel"}
+    data["architectures"] = ["TinyReasonIRModel"]
+    _write_json(folder / "config.json", data)
+    modules = [("", "Transformer"), ("1_Pooling", "Pooling")]
+    _write_json(
+        folder / "modules.json",
+        [
+            {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+            for i, (path, kind) in enumerate(modules)
+        ],
+    )
+    _write_json(folder / "sentence_bert_config.json", {"max_seq_length": 131072})
+    (folder / "1_Pooling").mkdir()
+    _write_json(
+        folder / "1_Pooling" / "config.json",
+        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True,
+         "include_prompt": include_prompt},
+    )  # fmt: skip
+    return folder
