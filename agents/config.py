@@ -252,12 +252,26 @@ class RunConfig:
         defaults = AGENTS[self.agent].defaults
         return {**{k: v for k, v in preset.items() if k in defaults}, **self.options}
 
+    def _retriever_rules(self) -> RetrieverConfig:
+        """The retriever with ``dense.r2med_rules`` decided, as the preset decides an option:
+        as given, else on under ``--preset paper`` for a spec with a dense or api member (R2MED's
+        dense evaluation is theirs to follow) and off otherwise. config.json records the value
+        (`agents.serialise` reads a file written before it existed as off, as it ran)."""
+        dense = self.retriever.dense
+        if dense.r2med_rules is not None:
+            return self.retriever
+        llm = self.llm if self.llm is not None else LLMConfig()
+        embeds = any(part.kind in ("dense", "api") for part in self.retriever.parts)
+        rules = dataclasses.replace(dense, r2med_rules=llm.preset == "paper" and embeds)
+        return dataclasses.replace(self.retriever, dense=rules)
+
     def __post_init__(self) -> None:
         check_fields(self, "", _RUN_RULES, ConfigError)
         if self.agent not in AGENTS:
             raise ConfigError(f"agent: unknown agent {self.agent!r}; known: {', '.join(AGENTS)}")
         spec = AGENTS[self.agent]
         object.__setattr__(self, "options", typed_options(spec, self._given_options(), "option"))
+        object.__setattr__(self, "retriever", self._retriever_rules())
         if self.generations is not None:
             from agents.generations import parse_source
 

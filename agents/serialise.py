@@ -69,9 +69,21 @@ def from_dict(data: Mapping[str, Any]) -> RunConfig:
         _known(values["eval"], _names(EvalConfig), "eval.")
         values["eval"] = EvalConfig(**values["eval"])
     if "retriever" in values:
-        values["retriever"] = RetrieverConfig.from_dict(values["retriever"])
+        values["retriever"] = RetrieverConfig.from_dict(_as_written(values["retriever"]))
     values["rerank"] = tuple(StageConfig(**s) for s in values.get("rerank", ()))
     return RunConfig(**values, recorded=Recorded(**recorded))
+
+
+def _as_written(retriever: Any) -> Any:
+    """The retriever settings a config.json holds, with what a file written before a setting
+    existed ran under: ``dense.r2med_rules`` off (a run would otherwise decide it from its
+    preset, and resume an old ``--preset paper`` run under rules it did not run)."""
+    if not isinstance(retriever, Mapping) or not isinstance(retriever.get("dense", {}), Mapping):
+        return retriever  # refused by RetrieverConfig.from_dict, naming it
+    dense = retriever.get("dense", {})
+    if "r2med_rules" in dense:
+        return retriever
+    return {**retriever, "dense": {**dense, "r2med_rules": False}}
 
 
 def _names(cls: type) -> set[str]:

@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +65,18 @@ def api_encoder(
     params: Mapping[str, Any] | None = None,
     transport: Mapping[str, Any] | None = None,
     family: Family | None = None,
+    retry_cuts: Sequence[int] = (),
 ) -> Encoder:
     """``(texts, instruction, role) -> L2-normalised float32 rows`` via ``litellm.embedding``,
-    in batches; ``family`` (openai, voyage) prepares texts as R2MED's code does."""
+    in batches; ``family`` (openai, voyage) prepares texts as R2MED's code does.
+
+    ``retry_cuts`` (a family's, under R2MED's rules): a batch whose request fails is sent again
+    with every text (as sent: flattened and JSON-quoted) cut to each of these token counts in
+    turn, as R2MED's ``RetrievalOPENAI.encode`` does (src/utils.py L777-804: any exception,
+    500 tokens fewer each time, the fifth failure ends its run); the last failure is raised.
+    A server that does not answer (connection refused, timed out) fails at once instead: a
+    shorter text cannot make it answer, where R2MED would retry until it exits.
+    """
     # litellm takes ~3 s to import: a run that builds no API embedder (or only reads this
     # module's defaults) does not pay for it.
     litellm = _litellm()
@@ -102,6 +111,21 @@ def api_encoder(
         )
 
     prepare = r2med_texts(family, model) if family is not None and family.is_api else None
+    cut_to = _cutter(family, model) if family is not None and retry_cuts else None
+
+    def embed_cut(batch: list[str], role_kwargs: dict[str, Any]) -> list[list[float]]:
+        for n, cut in enumerate((None, *retry_cuts)):
+            if cut is not None and cut_to is not None:
+                batch = [cut_to(t, cut) for t in batch]
+            try:
+                return embed_batch(batch, role_kwargs)
+            except Exception as exc:
+                if n == len(retry_cuts) or unavailable(exc):
+                    if n:
+                        cuts = ", ".join(str(c) for c in retry_cuts)
+                        exc.add_note(f"api:{model}: sent again cut to {cuts} tokens, as R2MED")
+                    raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         texts = [instruction + t for t in texts]
@@ -115,7 +139,7 @@ def api_encoder(
         rows: list[list[float]] = []
         for start in range(0, len(texts), batch_size):
             try:
-                rows.extend(embed_batch(texts[start : start + batch_size], role_kwargs))
+                rows.extend(embed_cut(texts[start : start + batch_size], role_kwargs))
             except retryable as exc:
                 if not unavailable(exc):
                     raise
@@ -151,6 +175,18 @@ def r2med_texts(family: Family, model: str):
         return [json_module.dumps(cut(t).replace("\n", " ")) for t in texts]
 
     return prepare
+
+
+def _cutter(family: Family, model: str):
+    """``(text, n) -> text`` cut to its first ``n`` tokens of ``family``'s tokenizer, as
+    R2MED's ``cut_text_openai`` cuts (src/utils.py L761-765)."""
+    count, decode = _tokenizer(family, model)
+
+    def cut(text: str, limit: int) -> str:
+        ids = count(text)
+        return decode(ids[:limit]) if len(ids) > limit else text
+
+    return cut
 
 
 def _tokenizer(family: Family, model: str):
@@ -189,12 +225,19 @@ _PLAIN_WORD = re.compile(r"-?[0-9]+(\.[0-9]+)?|[A-Za-z_.-]{1,32}")
 
 
 def encoder_id(
-    model: str, api_base: str | None, params: Mapping[str, Any], family: Family | None = None
+    model: str,
+    api_base: str | None,
+    params: Mapping[str, Any],
+    family: Family | None = None,
+    retry_cuts: Sequence[int] = (),
 ) -> str:
-    """The cache identity of ``model`` behind ``api_base`` called with ``params``."""
+    """The cache identity of ``model`` behind ``api_base`` called with ``params`` (and
+    ``retry_cuts``, which change the vectors of a batch whose request failed)."""
     parts = [f"api:{model}"]
     if family is not None and family.is_api:
         parts.append(family.recipe())
+    if retry_cuts:
+        parts.append("retry_cuts=" + "/".join(str(c) for c in retry_cuts))
     for name in sorted(set(params) - TRANSPORT_PARAMS):
         value = params[name]
         text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
@@ -220,24 +263,33 @@ def build_api_dense(
     params: Mapping[str, Any] | None = None,
     transport: Mapping[str, Any] | None = None,
     ignore_identical_ids: bool = True,
+    r2med_rules: bool = False,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus`` embedded by the litellm model ``model``.
 
     ``api_base`` and ``params`` (e.g. ``{"dimensions": 1024}``) go to every call.
+    ``r2med_rules``: a failed request is sent again cut shorter where the family says how
+    (``retry_cuts``); the corpus embeddings of a run without them are reused, since every
+    request of theirs succeeded at its first cut, as it would have here.
     """
     params = dict(params or {})
     family = family_for(model)
+    retry_cuts = family.retry_cuts if r2med_rules else ()
     encode = api_encoder(
-        model, batch_size, api_base=api_base, params=params, transport=transport, family=family
-    )
+        model, batch_size, api_base=api_base, params=params, transport=transport,
+        family=family, retry_cuts=retry_cuts,
+    )  # fmt: skip
+    plain = encoder_id(model, api_base, params, family)
     return build_index(
         corpus,
-        encoder_id(model, api_base, params, family),
+        encoder_id(model, api_base, params, family, retry_cuts),
         encode,
         family_instructions(family, task_name),
         cache_dir,
         progress,
         ignore_identical_ids=ignore_identical_ids,
+        ties=family.ties,
+        reuse=(plain,) if retry_cuts else (),
     )
 
 

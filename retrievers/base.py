@@ -29,6 +29,10 @@ class SearchRequest:
     # the task query this search serves: an embedding retriever that ignores identical ids (as
     # R2MED's dense evaluation does) never returns the document with this id
     query_id: str | None = None
+    # the dense query is R2MED's [query, text] pair (src/utils.py L79-90): a generated text,
+    # ``expansion``, averaged in even when empty, by a retriever that follows R2MED's rules
+    # (dense.r2med_rules); elsewhere an empty expansion means none
+    paired: bool = False
 
     def __post_init__(self) -> None:
         # a wrong-typed field from Python is one line now, not an error inside a retriever
@@ -71,10 +75,15 @@ class BM25Retriever:
 
 @dataclass
 class DenseRetriever:
-    """Dense and API embedders alike: both are a `DenseIndex` with a different encoder."""
+    """Dense and API embedders alike: both are a `DenseIndex` with a different encoder.
+
+    ``r2med_rules`` (dense.r2med_rules): a paired request's empty expansion is averaged in, as
+    R2MED averages its empty texts; otherwise the query's own vector is searched.
+    """
 
     index: DenseIndex
     name: str = "dense"
+    r2med_rules: bool = False
 
     def search(self, request: SearchRequest, k: int = 100) -> dict[str, float]:
         return self.search_many({"q": request}, k)["q"]
@@ -87,6 +96,7 @@ class DenseRetriever:
         vecs = self.index.encode_requests(
             [r.dense_text if r.dense_text is not None else r.query for r in reqs],
             [r.expansion for r in reqs],
+            [r.paired and self.r2med_rules for r in reqs],
         )
         rankings = self.index.search_vectors(vecs, k, [r.query_id for r in reqs])
         return dict(zip(requests, rankings, strict=True))

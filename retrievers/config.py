@@ -273,6 +273,20 @@ class DenseConfig:
             metavar="{true,false}",
         ),
     )
+    # None: not given; a run decides it from its preset (agents.config.RunConfig: on under
+    # --preset paper for a spec with a dense or api member) and records true or false
+    r2med_rules: bool | None = field(
+        default=None,
+        metadata=_flag(
+            "r2med_rules",
+            "dense/api: R2MED's own rules where ours differ (a query paired with an empty "
+            "generated text averaged with that text's embedding; a failed "
+            "text-embedding-3-large request sent again cut shorter): true or false; "
+            "--preset paper turns them on unless given",
+            type=boolean,
+            metavar="{true,false}",
+        ),
+    )
 
     def __post_init__(self) -> None:
         rules = {
@@ -283,6 +297,7 @@ class DenseConfig:
             "max_length": optional(positive_int),
             "instructions": one_of(INSTRUCTION_SETS),
             "ignore_identical_ids": optional(boolean),
+            "r2med_rules": optional(boolean),
         }
         check_fields(self, self.SECTION, rules)
 

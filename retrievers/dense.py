@@ -17,7 +17,24 @@ Decisions worth knowing:
   encoded bare or behind the query instruction, as the family's ``expansion`` entry says.
   ``instructions="none"`` drops every instruction text, whatever the family.
 * Scores are cosine, as BEIR's exact search (R2MED's dense evaluation) computes them, and a
-  document whose id is the query's id is never returned (``ignore_identical_ids``).
+  document whose id is the query's id is never returned (``ignore_identical_ids``). Float32
+  throughout, NV-Embed included: its weights are fp16, but its own pooling returns float32
+  vectors (families.json), so R2MED's arrays and BEIR's cosine are float32 too.
+* Equal scores. A family R2MED runs (``Family.ties`` ``beir``: R2MED's families and the API
+  ones) is cut as R2MED's dense evaluation cuts, BEIR 2.0.0's exact search
+  (beir/retrieval/search/dense/exact_search.py L47, L73-91, called from R2MED's
+  src/eval_retrieval.py L94-106): the corpus sorted longest first (``longest_first``), chunks
+  of 100,000 documents, ``torch.topk`` of k + 1 per chunk (called here, so torch's CPU
+  selection among equal scores is its own), then a heap of ``(score, doc id)`` tuples that
+  keeps the k largest: at equal scores the larger doc id. The list is in that order, the
+  order trec_eval ranks R2MED's results in. Every other family keeps equal scores in corpus
+  order, as before: nothing ranks those models to match, and their old runs resume unchanged.
+  The order is computed from the corpus texts when the index is built; cached embeddings are
+  untouched.
+* Under R2MED's rules (``dense.r2med_rules``, on under ``--preset paper``) a query paired with
+  an empty generated text is averaged with the empty text's embedding, as R2MED's
+  ``encode_queries`` averages every ``[query, hy_doc]`` pair (src/utils.py L79-90); otherwise an
+  empty expansion leaves the query's own vector (agents/graphs/combine.py).
 * The device is resolved once per build: ``auto`` is CUDA when torch sees a GPU, else MPS
   when available, else CPU. The device is not part of any cache key: the same model, dtype
   and max length give the same corpus embeddings wherever they are computed (up to float
@@ -38,6 +55,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import logging
 import os
@@ -64,7 +82,7 @@ from .config import (
     INSTRUCTION_SETS,
     is_device,
 )
-from .encoders import Encoder, family_encoder, prefixing
+from .encoders import Encoder, device_recipe, family_encoder, prefixing
 from .families import (
     AUTO,
     NO_INSTRUCTIONS,
@@ -83,6 +101,17 @@ _BUNDLED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
 CACHE_FORMAT = 1
 # Docs per resumable chunk: ~15 s of MiniLM on 2 cores, so little is lost to an interrupt.
 CHUNK_SIZE = 256
+# BEIR's exact search scores the corpus in chunks of this many documents and keeps each
+# chunk's top k + 1: R2MED passes corpus_chunk_size None, i.e. 100,000 (src/eval_retrieval.py
+# L99)
+BEIR_CORPUS_CHUNK = 100_000
+
+
+def longest_first(texts: Sequence[str]) -> list[int]:
+    """Positions of ``texts``, longest first and equal lengths in their order: BEIR's corpus
+    order (exact_search.py L47, ``sorted(..., key=len(title + text), reverse=True)``, which
+    keeps equal keys in order; R2MED's documents have no title)."""
+    return sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
 
 
 def resolve_instructions(
@@ -113,6 +142,10 @@ class DenseIndex:
     # the query's (beir/retrieval/search/dense/exact_search.py, called from R2MED's
     # src/eval_retrieval.py L94-110 with ignore_identical_ids=True)
     ignore_identical_ids: bool = True
+    # how equal scores are cut and ordered (`retrievers.families.Family.ties`): "corpus", or
+    # "beir" with ``beir_order``, the positions in BEIR's corpus order (`longest_first`)
+    ties: str = "corpus"
+    beir_order: np.ndarray | None = None
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -122,14 +155,22 @@ class DenseIndex:
     def encode_docs(self, texts: Sequence[str]) -> np.ndarray:
         return self.encode(list(texts), self.instructions.doc, "doc")
 
-    def encode_requests(self, queries: Sequence[str], expansions: Sequence[str]) -> np.ndarray:
+    def encode_requests(
+        self,
+        queries: Sequence[str],
+        expansions: Sequence[str],
+        keep_empty: Sequence[bool] | None = None,
+    ) -> np.ndarray:
         """Query vectors, averaged with the expansion's vector where there is one.
 
         As R2MED's ``encode_queries`` averages ``[query, hy_doc]`` (src/utils.py L79-90): the
-        family's own vectors, before any normalisation the family does not do.
+        family's own vectors, before any normalisation the family does not do. An empty
+        expansion is averaged in only where ``keep_empty`` says so (R2MED embeds its empty
+        ``hy_doc`` too); elsewhere it means none.
         """
         vecs = self.encode_queries(queries)
-        with_exp = [i for i, e in enumerate(expansions) if e]
+        keep = keep_empty if keep_empty is not None else [False] * len(expansions)
+        with_exp = [i for i, e in enumerate(expansions) if e or keep[i]]
         if with_exp:
             exp = self.encode(
                 [expansions[i] for i in with_exp], self.instructions.expansion, "query"
@@ -155,6 +196,8 @@ class DenseIndex:
         return self.search_vectors(vecs, k, [query_id])[0]
 
     def _top_k(self, scores: np.ndarray, k: int, query_id: str | None = None) -> dict[str, float]:
+        if self.ties == "beir":
+            return self._beir_top_k(scores, k, query_id)
         wanted = k
         if query_id is not None and self.ignore_identical_ids:
             same = self._positions().get(query_id)
@@ -178,6 +221,29 @@ class DenseIndex:
         top = top[np.lexsort((top, -scores[top]))]
         top = [i for i in top if scores[i] != -np.inf][:wanted]
         return {self.doc_ids[i]: float(scores[i]) for i in top}
+
+    def _beir_top_k(self, scores: np.ndarray, k: int, query_id: str | None) -> dict[str, float]:
+        """BEIR 2.0.0's ``DenseRetrievalExactSearch.search`` for one query (exact_search.py
+        L47-91): the scores in BEIR's corpus order, NaN as -1 (L70), ``torch.topk`` of k + 1
+        per chunk of `BEIR_CORPUS_CHUNK` (L73), the query's own id skipped (L81), and of the
+        rest the k largest ``(score, doc id)`` tuples, which is what its heap keeps (L82-87),
+        listed largest first."""
+        import torch
+
+        if k <= 0:
+            return {}
+        order = self.beir_order if self.beir_order is not None else np.arange(len(scores))
+        ranked = np.where(np.isnan(scores), np.float32(-1), scores)[order]
+        skip = query_id if self.ignore_identical_ids else None
+        candidates: list[tuple[float, str]] = []
+        for start in range(0, len(ranked), BEIR_CORPUS_CHUNK):
+            chunk = torch.from_numpy(ranked[start : start + BEIR_CORPUS_CHUNK])
+            values, places = torch.topk(chunk, min(k + 1, len(chunk)), largest=True, sorted=False)
+            for value, place in zip(values.tolist(), places.tolist(), strict=True):
+                doc = self.doc_ids[order[start + place]]
+                if doc != skip:
+                    candidates.append((value, doc))
+        return {doc: value for value, doc in heapq.nlargest(k, candidates)}
 
     def _positions(self) -> dict[str, int]:
         positions = self.__dict__.get("_position_of")
@@ -389,9 +455,10 @@ def build_dense(
             )
             recipe = (
                 f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
-                f"|{chosen.recipe()}"
+                f"|{chosen.recipe()}{device_recipe(chosen, device)}"
             )
-    # The device stays out of the id: it changes where the embeddings are computed, not them.
+    # The device stays out of the id: it changes where the embeddings are computed, not them;
+    # but for BMR mode's autocast on a CUDA device (fp16 matmuls: `encoders.bmr_autocast`).
     # The revision is read after loading, when a hub model is in the hub cache.
     encoder_id = recipe.format(model_revision(load_path) or "unknown")
     return build_index(
@@ -402,6 +469,7 @@ def build_dense(
         cache_dir,
         progress,
         ignore_identical_ids=chosen.drops_identical_ids(ignore_identical_ids),
+        ties=chosen.ties,
     )
 
 
@@ -427,27 +495,43 @@ def build_index(
     progress: bool = True,
     chunk_size: int = CHUNK_SIZE,
     ignore_identical_ids: bool = True,
+    ties: str = "corpus",
+    reuse: Sequence[str] = (),
 ) -> DenseIndex:
-    """A DenseIndex over ``corpus``, its embeddings loaded from or written to ``cache_dir``."""
+    """A DenseIndex over ``corpus``, its embeddings loaded from or written to ``cache_dir``.
+
+    ``ties``: how equal scores are cut (`DenseIndex.ties`). ``reuse``: encoder ids whose cached
+    embeddings are equally valid for ``encoder_id`` (looked up when its own cache misses).
+    """
     doc_ids = list(corpus)
     texts = [corpus[d] for d in doc_ids]
     fingerprint = corpus_fingerprint(doc_ids, [corpus[d] for d in doc_ids])
     key = cache_key(encoder_id, instructions.doc, fingerprint)
-    path = None
-    if cache_dir is not None:
-        # The folder name is for people; the key decides a hit. safe_name gives the name the
-        # old per-module slug gave for every hub-style model name (letters, digits, - _ .),
-        # so existing caches are still found.
-        name = safe_name(encoder_id.split("|")[0].split("/")[-1])
-        path = Path(cache_dir) / "dense" / f"{name}-{key[:24]}"
+    path = _cache_path(cache_dir, encoder_id, key)
     emb = _load(path, key, len(doc_ids)) if path is not None else None
+    for other in reuse:
+        if emb is None and cache_dir is not None:
+            other_key = cache_key(other, instructions.doc, fingerprint)
+            emb = _load(_cache_path(cache_dir, other, other_key), other_key, len(doc_ids))
     if emb is None:
         emb = _encode_corpus(texts, instructions.doc, encode, path, chunk_size, progress)
         if path is not None:
             _save(path, key, emb, encoder_id, instructions.doc, fingerprint)
+    order = np.asarray(longest_first(texts), dtype=np.int64) if ties == "beir" else None
     return DenseIndex(
-        encoder_id, encode, instructions, doc_ids, emb, fingerprint, ignore_identical_ids
-    )
+        encoder_id, encode, instructions, doc_ids, emb, fingerprint, ignore_identical_ids,
+        ties, order,
+    )  # fmt: skip
+
+
+def _cache_path(cache_dir: Path | None, encoder_id: str, key: str) -> Path | None:
+    if cache_dir is None:
+        return None
+    # The folder name is for people; the key decides a hit. safe_name gives the name the old
+    # per-module slug gave for every hub-style model name (letters, digits, - _ .), so existing
+    # caches are still found.
+    name = safe_name(encoder_id.split("|")[0].split("/")[-1])
+    return Path(cache_dir) / "dense" / f"{name}-{key[:24]}"
 
 
 def _encode_corpus(
@@ -459,8 +543,8 @@ def _encode_corpus(
     progress: bool,
 ) -> np.ndarray:
     # Longest first: batches of similar length pad little, and the progress bar's rate
-    # only improves as it goes.
-    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    # only improves as it goes. (BEIR's order: an API family's batches are R2MED's.)
+    order = longest_first(texts)
     chunks_dir = path / "chunks" if path is not None else None
     if chunks_dir is not None:
         chunks_dir.mkdir(parents=True, exist_ok=True)

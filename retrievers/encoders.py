@@ -9,7 +9,8 @@ the family, as in R2MED (R2MED/R2MED@62b7074, src/utils.py):
   (L158-174), normalised where the family is.
 * ``bmr`` (their BMR mode, L41-44, L134-156): padded with EOS on the left when the tokenizer
   has no pad token, truncated one short of the limit, an EOS appended, ``last-bmr`` pooling
-  (L175-183), not normalised.
+  (L175-183), not normalised; under ``torch.cuda.amp.autocast()`` (L147, L504) on a CUDA device
+  (fp16 matmuls), in the weights' fp32 on the CPU, where that context changes nothing.
 * ``medcpt`` (``BiEncoderModel``, L346-384): CLS of one model for both roles (R2MED passes the
   Article encoder for both), documents as the pair ``("", text)``, not normalised.
 * ``instructor`` (``InstructorModel``, L185-268): sentence-transformers with the instruction as
@@ -238,8 +239,30 @@ def _bmr_model(load_path: str, dtype: str, device: str) -> tuple[Any, Any]:
     return tokenizer, model
 
 
+def bmr_autocast(device: str) -> Any:
+    """The context BMR mode's forward pass runs in: R2MED's ``torch.cuda.amp.autocast()``
+    (src/utils.py L147, L504), fp16 matmuls, on a CUDA device. Elsewhere nothing: that context
+    casts CUDA operations only, so R2MED's code ran fp32 on the CPU, and so does ours (MPS,
+    which R2MED never ran, as the CPU)."""
+    import contextlib
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.autocast("cuda", dtype=torch.float16)  # torch.cuda.amp.autocast()'s
+    return contextlib.nullcontext()
+
+
+def device_recipe(family: Family, device: str) -> str:
+    """What the device changes in ``family``'s vectors, for cache keys: BMR mode's autocast
+    on a CUDA device (fp16 matmuls; the CPU's key is what it always was)."""
+    return "|autocast=cuda-fp16" if family.loader == "bmr" and device.startswith("cuda") else ""
+
+
 def bmr_encoder(load: Load) -> Encoder:
-    """BMRetriever as R2MED's BMR mode encodes (src/utils.py L134-156, L175-183)."""
+    """BMRetriever as R2MED's BMR mode encodes (src/utils.py L134-156, L175-183), under
+    `bmr_autocast` on a CUDA device; on the CPU in the weights' dtype (fp32), as R2MED's code
+    ran there."""
     tokenizer, model = _bmr_model(load.path, load.dtype, load.device)
     specials = special_tokens_to_add(tokenizer, load.path)
     length = load.length("doc")
@@ -248,9 +271,12 @@ def bmr_encoder(load: Load) -> Encoder:
         # One short of the limit, then the EOS R2MED appends (after any special token the
         # tokenizer's configuration asks for, as transformers 4.x gave R2MED both).
         rows = token_ids(tokenizer, batch, length - 1, specials)
-        inputs = _padded(tokenizer, [row + [tokenizer.eos_token_id] for row in rows], load.device)
-        hidden = model(**inputs).last_hidden_state
-        return _rows(pool(hidden, inputs["attention_mask"], "last-bmr"), load.family.normalize)
+        rows = [row + [tokenizer.eos_token_id] for row in rows]
+        with bmr_autocast(load.device):  # around the padding, forward and pooling, as L147-155
+            inputs = _padded(tokenizer, rows, load.device)
+            hidden = model(**inputs).last_hidden_state
+            pooled = pool(hidden, inputs["attention_mask"], "last-bmr")
+        return _rows(pooled, load.family.normalize)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         return _batched([instruction + t for t in texts], load.batch_size, encode_batch)

@@ -17,7 +17,10 @@ sub-config:
   (``config.fusion``: method, RRF's k, depth per member).
 
 Dense retrievers embed instruction + query and, when ``request.expansion`` is non-empty,
-average that with the expansion's embedding, as R2MED's HyDE evaluation does (see dense.py).
+average that with the expansion's embedding, as R2MED's HyDE evaluation does (see dense.py);
+under ``dense.r2med_rules`` (on under ``--preset paper``) a paired request's empty expansion
+too, as R2MED averages its empty texts, and an API family with ``retry_cuts`` sends a failed
+request again cut shorter, as R2MED's ``RetrievalOPENAI`` does.
 
 This module also re-exports what callers use, so ``retrievers.search`` stays the one import:
 `SearchRequest`, `Retriever`, `RETRIEVERS`, `RetrieverConfig`, `build_retriever`.
@@ -125,7 +128,7 @@ def build_dense_member(part, config, task, cache_dir, progress, device) -> Retri
         trust_remote_code=dense.trust_remote_code,
         ignore_identical_ids=dense.ignore_identical_ids,
     )
-    return DenseRetriever(index, name=part.text)
+    return DenseRetriever(index, name=part.text, r2med_rules=dense.r2med_rules is True)
 
 
 def build_api_member(part, config, task, cache_dir, progress, device, transport=None) -> Retriever:
@@ -144,8 +147,9 @@ def build_api_member(part, config, task, cache_dir, progress, device, transport=
         ignore_identical_ids=family_for(part.arg).drops_identical_ids(
             config.dense.ignore_identical_ids
         ),
+        r2med_rules=config.dense.r2med_rules is True,
     )
-    return DenseRetriever(index, name=part.text)
+    return DenseRetriever(index, name=part.text, r2med_rules=config.dense.r2med_rules is True)
 
 
 def build_remote_member(

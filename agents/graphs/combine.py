@@ -28,11 +28,13 @@ document is ranked), and ``--pad`` fills an empty ranking with the corpus's firs
 score 0 in file order (`eval.evaluate.pad_run`): R2MED's list. `r2med_request` sends an empty
 BM25 text as one space, which analyses to no term as R2MED's empty text does, because an
 empty ``sparse_text`` means the query to our retrievers (retrievers/base.py). A dense
-retriever embeds the query alone for an empty text (retrievers/dense.py averages only a
-non-empty expansion), where R2MED averages it with the empty text's embedding. `falls_back`
-says when the agents search the raw query instead (ours, the default for generated texts):
-only with their fallback on, and only when the part of the text that would be searched holds
-nothing.
+retriever follows R2MED under its rules (``dense.r2med_rules``, on under ``--preset paper``): a
+``[query, text]`` request is ``paired`` (`retrievers.base.SearchRequest`), and its empty text is
+embedded and averaged in, ``(emb(query) + emb("")) / 2`` (src/utils.py L79-90). Otherwise a
+dense retriever embeds the query alone for an empty text (retrievers/dense.py averages only a
+non-empty expansion). `falls_back` says when the agents search the raw query instead (ours,
+the default for generated texts): only with their fallback on, and only when the part of the
+text that would be searched holds nothing.
 """
 
 from __future__ import annotations
@@ -56,14 +58,16 @@ def generated_request(method: str, query: str, text: str, parser: str = "none") 
         return SearchRequest(query=query, sparse_text=response, dense_text=response)
     if parser != "none":
         response = read_response(text, parser)
-        return SearchRequest(query=query, expansion=response, sparse_text=response)
+        return SearchRequest(query=query, expansion=response, sparse_text=response, paired=True)
     if method == "query2doc":
         return SearchRequest(
             query=query, sparse_text=query * 2 + " " + text, dense_text=query + SEP + text
         )
     if method == "lamer":
-        return SearchRequest(query=query, expansion=text, sparse_text=query + " " + text)
-    return SearchRequest(query=query, expansion=text, sparse_text=text)
+        return SearchRequest(
+            query=query, expansion=text, sparse_text=query + " " + text, paired=True
+        )
+    return SearchRequest(query=query, expansion=text, sparse_text=text, paired=True)
 
 
 def r2med_request(method: str, query: str, text: str, parser: str = "none") -> SearchRequest:

@@ -40,7 +40,10 @@ class ServedIndex:
 
 
 def fingerprint(task: Task, config: RetrieverConfig) -> dict[str, str]:
-    settings = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    data = config.to_dict()
+    if data["dense"]["r2med_rules"] is None:  # unset: the hash it had before the setting
+        del data["dense"]["r2med_rules"]
+    settings = json.dumps(data, sort_keys=True, default=str)
     return {
         "corpus": task_fingerprint(task)["corpus"],
         "retriever": config.spec,
