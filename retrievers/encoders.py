@@ -31,7 +31,7 @@ ReasonEmbed/evaluation_r2med) runs the reasoning embedders that lead R2MED:
   tokens, batches longest first padded on the tokenizer's own side, last-token pooling as
   theirs detects left padding, normalised.
 * ``reasonir`` (their ``ReasonIREncoder``, code/reasonir_models.py): the model's own code
-  through sentence-transformers with its prompts, 512 tokens, normalised.
+  through sentence-transformers with its prompts, the checkpoint's own max length, normalised.
 
 Tokenizers: R2MED ran transformers 4.x, whose Llama-style tokenizers honoured
 ``add_bos_token``/``add_eos_token`` from ``tokenizer_config.json``; transformers 5 follows
@@ -493,7 +493,9 @@ def flag_decoder_encoder(load: Load) -> Encoder:
 
 
 @cache
-def _reasonir_model(load_path: str, dtype: str, device: str) -> Any:
+def _reasonir_model(load_path: str, dtype: str, device: str) -> tuple[Any, int | None]:
+    """The model, and its own max_seq_length (a later --max-length changes the cached
+    model's; the next encoder without one puts this back)."""
     from sentence_transformers import SentenceTransformer
 
     # code/reasonir_models.py L31 with runner.py L40-44: SentenceTransformer with the
@@ -504,13 +506,16 @@ def _reasonir_model(load_path: str, dtype: str, device: str) -> Any:
         trust_remote_code=True,
         model_kwargs={"dtype": torch_dtype(dtype)},
     )
-    return model.eval()
+    return model.eval(), model.max_seq_length
 
 
 def reasonir_encoder(load: Load) -> Encoder:
     """The authors' ReasonIREncoder (code/reasonir_models.py L16-69): ``model.encode(texts,
-    prompt=, normalize_embeddings=True)`` at 512 tokens for both roles, queries behind
-    ``<|user|>\n{instruction}\n<|embed|>\n`` and documents behind ``<|embed|>\n``.
+    prompt=, normalize_embeddings=True)``, queries behind
+    ``<|user|>\\n{instruction}\\n<|embed|>\\n`` and documents behind ``<|embed|>\\n``, at the
+    checkpoint's own max_seq_length: their 512 (L49, L62) is set after their MultiGPUModel
+    (L10) has handed the model to sentence-transformers' encoding processes, which never see
+    it. ``--max-length`` sets one.
 
     As the sentence-transformers of their stack (<= 5, on transformers 4.x) computed it: each
     prompt + text stripped of surrounding white space before tokenizing (Transformer.tokenize),
@@ -521,12 +526,13 @@ def reasonir_encoder(load: Load) -> Encoder:
     """
     import torch
 
-    model = _reasonir_model(load.path, load.dtype, load.device)
+    model, own_length = _reasonir_model(load.path, load.dtype, load.device)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
-        model.max_seq_length = load.length(role)  # reasonir_models.py L49, L62
+        # the checkpoint's own unless the user sets one (see above)
+        model.max_seq_length = load.length(role) or own_length
         prompt_length = 0
         if instruction:
             prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1

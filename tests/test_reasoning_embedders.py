@@ -201,9 +201,12 @@ def test_every_model_as_its_authors_spell_it_gets_its_family():
     for model, name in AUTHORS_NAMES.items():
         family = family_for(model)
         if family.setup == "reasonembed":
-            # runner.py L35: ReasonIR-8B by its own encoder, the rest by FlagEmbedding's
-            loader = "reasonir" if name == "reasonir" else "flag-decoder"
-            assert (family.loader, family.max_length, family.normalize) == (loader, 512, True)
+            # runner.py L35: ReasonIR-8B by its own encoder, the rest by FlagEmbedding's at
+            # the scripts' 512 tokens; ReasonIR at its own (test_reasonir_encodes_as_...)
+            own = name == "reasonir"
+            expected = ("reasonir", None) if own else ("flag-decoder", 512)
+            assert (family.loader, family.max_length) == expected
+            assert family.normalize
             # searcher.py L101-157 filters identical ids only when asked; nothing asks
             assert family.ignore_identical_ids is False
     # the scripts' --trust_remote_code True: RaDeR's (L23) and ReasonIR's (L23); gte-Qwen2 as
@@ -300,7 +303,7 @@ CASES = {
 def models(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("reasoning")
     built = {case: build(root / case / name) for case, (build, name, *_) in CASES.items()}
-    built["reasonir"] = tiny_models.reasonir(root / "reasonir" / "ReasonIR-8B")
+    built["reasonir"] = tiny_models.reasonir(root / "reasonir" / "ReasonIR-8B", max_seq_length=64)
     return built
 
 
@@ -416,47 +419,80 @@ def test_the_authors_families_keep_the_document_whose_id_is_the_querys(models, t
 # --- ReasonIR ---------------------------------------------------------------------------------
 
 
-def reasonir_encoder_reference(folder: Path, texts: list[str], prompt: str) -> np.ndarray:
-    """ReasonIREncoder (code/reasonir_models.py): SentenceTransformer(model, trust_remote_code=
-    True, model_kwargs={"torch_dtype": "auto"}) (L31; runner.py L36-45, the script's
-    --trust_remote_code True), max_seq_length 512 for both roles (L49, L62), then
-    encode(texts, prompt=, batch_size=8 (eval_reasonir_8b.sh L25), normalize_embeddings=True)
-    (L50-56, L63-69; their MultiGPUModel's encode_multi_process runs encode per chunk)."""
+@pytest.fixture(scope="module")
+def reasonir_encoder(models):
+    """The authors' ReasonIREncoder's model as it encodes (code/reasonir_models.py):
+    SentenceTransformer(model, trust_remote_code=True, model_kwargs={"torch_dtype": "auto"})
+    (L31; runner.py L36-45, the script's --trust_remote_code True), wrapped in MultiGPUModel,
+    which starts sentence-transformers' multi-process pool at once (L7-10; here one CPU
+    worker, where they had their GPUs). Yields the model and its pool."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(folder), trust_remote_code=True, device="cpu",
+    model = SentenceTransformer(str(models["reasonir"]), trust_remote_code=True, device="cpu",
                                 model_kwargs={"torch_dtype": "auto"})  # fmt: skip
+    pool = model.start_multi_process_pool(["cpu"])
+    yield model, pool
+    model.stop_multi_process_pool(pool)
+
+
+def encode_as_reasonir_encoder(reasonir_encoder, texts: list[str], prompt: str) -> np.ndarray:
+    """ReasonIREncoder.encode_corpus / encode_queries (L42-69): max_seq_length 512 set on the
+    model (L49, L62), after the pool's workers got their copy, then MultiGPUModel.encode
+    (L12-13): encode_multi_process(texts, pool, prompt=, batch_size=8 (eval_reasonir_8b.sh
+    L25), normalize_embeddings=True)."""
+    import warnings
+
+    model, pool = reasonir_encoder
     model.max_seq_length = 512
-    return model.encode(texts, prompt=prompt, batch_size=8, normalize_embeddings=True)
+    with warnings.catch_warnings():  # deprecated in sentence-transformers 6; their call
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return model.encode_multi_process(
+            texts, pool, prompt=prompt, batch_size=8, normalize_embeddings=True
+        )
 
 
-def test_reasonir_encodes_as_the_authors_reasonir_encoder(models):
+def test_reasonir_encodes_as_the_authors_reasonir_encoder(models, reasonir_encoder):
+    """The vectors the authors' code computes: the prompts (L52, L65), normalised, at the
+    checkpoint's own max_seq_length (this folder's: 64 tokens), since the 512 set after the
+    pool started never reaches its workers."""
     folder = models["reasonir"]
-    docs = reasonir_encoder_reference(folder, list(CORPUS.values()), "<|embed|>\n")  # L52
-    prompt = f"<|user|>\n{PROMPTS[TASK]}\n<|embed|>\n"  # L65
-    queries = reasonir_encoder_reference(folder, QUERIES, prompt)
+    docs = encode_as_reasonir_encoder(reasonir_encoder, list(CORPUS.values()), "<|embed|>\n")
+    prompt = f"<|user|>\n{PROMPTS[TASK]}\n<|embed|>\n"
+    queries = encode_as_reasonir_encoder(reasonir_encoder, QUERIES, prompt)
     index = ours(folder, trust_remote_code=True)
     assert "loader=reasonir" in index.encoder_id and "dtype=auto" in index.encoder_id
+    assert "max_length=model" in index.encoder_id
     assert_same(index, docs, queries)
+    # what 512 tokens would have given: not what ran (the long document is cut at 64 above)
+    model, _ = reasonir_encoder
+    model.max_seq_length = 512
+    at_512 = model.encode(list(CORPUS.values()), prompt="<|embed|>\n", normalize_embeddings=True)
+    assert np.abs(at_512 - docs).max() > 1e-3
+    # --max-length 512 gives it
+    np.testing.assert_allclose(ours(folder, trust_remote_code=True, max_length=512)
+                               .doc_embeddings, at_512, atol=1e-5)  # fmt: skip
     from retrievers import encoders
 
     # the class the folder's own code defines, not transformers' LlamaModel
-    model = encoders._reasonir_model(str(folder), "auto", "cpu")
-    assert type(model[0].auto_model).__name__ == "TinyReasonIRModel"
+    loaded, own_length = encoders._reasonir_model(str(folder), "auto", "cpu")
+    assert type(loaded[0].auto_model).__name__ == "TinyReasonIRModel" and own_length == 64
 
 
-def test_reasonir_strips_each_text_as_the_authors_sentence_transformers_did(models):
+def test_reasonir_strips_each_text_as_the_authors_sentence_transformers_did(
+    models, reasonir_encoder
+):
     """Sentence-transformers before 6 (the authors' stack: transformers 4.x) stripped every
-    prompt + text before tokenizing (its Transformer.tokenize); 6 strips nothing. Our vectors
-    of a document ending in white space are those of the stripped text."""
+    prompt + text before tokenizing (its Transformer.tokenize); 6 strips nothing. Our vector
+    of a document ending in white space is that of the stripped text."""
     folder = models["reasonir"]
     text = "Penicillin blocks bacterial cell wall synthesis. \n"
     corpus = {"d0": text, "d1": tiny_models.TEXTS[0]}
     index = build_dense(corpus, str(folder), TASK, cache_dir=None, progress=False,
                         device="cpu", trust_remote_code=True)  # fmt: skip
-    stripped = reasonir_encoder_reference(folder, [text.strip()], "<|embed|>\n")
-    as_six = reasonir_encoder_reference(folder, [text], "<|embed|>\n")
-    np.testing.assert_allclose(index.doc_embeddings[:1], stripped, atol=1e-5)
+    stripped, as_six = encode_as_reasonir_encoder(
+        reasonir_encoder, [text.strip(), text], "<|embed|>\n"
+    )
+    np.testing.assert_allclose(index.doc_embeddings[0], stripped, atol=1e-5)
     assert np.abs(as_six - stripped).max() > 1e-4
 
 

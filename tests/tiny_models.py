@@ -398,10 +398,13 @@ class TinyReasonIRModel(LlamaModel):
 '''
 
 
-def reasonir(folder: Path, seed: int = 0, include_prompt: bool = True) -> Path:
+def reasonir(
+    folder: Path, seed: int = 0, include_prompt: bool = True, max_seq_length: int = 131072
+) -> Path:
     """A folder laid out as reasonir/ReasonIR-8B is: a Llama 3.1 tokenizer, ``config.json``
     whose ``auto_map`` names the repository's own model class (loaded only with remote code),
-    and sentence-transformers' modules (Transformer, mean Pooling)."""
+    and sentence-transformers' modules (Transformer with its own ``max_seq_length``, mean
+    Pooling)."""
     import importlib.util
     import sys
 
@@ -431,7 +434,7 @@ def reasonir(folder: Path, seed: int = 0, include_prompt: bool = True) -> Path:
             for i, (path, kind) in enumerate(modules)
         ],
     )
-    _write_json(folder / "sentence_bert_config.json", {"max_seq_length": 131072})
+    _write_json(folder / "sentence_bert_config.json", {"max_seq_length": max_seq_length})
     (folder / "1_Pooling").mkdir()
     _write_json(
         folder / "1_Pooling" / "config.json",
