@@ -13,7 +13,10 @@ src/utils.py L681-809; their family in ``families.json``): each text cut to 6,00
 ``cl100k_base`` tokens (text-embedding-3-large) or 16,000 of the model's own tokenizer
 (Voyage), newlines replaced by spaces and the text sent JSON-quoted (L776), and Voyage told
 whether it embeds a query or a document (``input_type``, L792). Any other model's texts are
-sent as they are.
+sent as they are. Under R2MED's rules (``dense.r2med_rules``, on under ``--preset paper``) a
+family with ``retry_cuts`` (text-embedding-3-large) sends a batch whose request failed again with
+its texts cut shorter, as R2MED's loop does (L777-804; `api_encoder`); its corpus embeddings
+are keyed apart and read from a run without the rules, whose requests all succeeded at once.
 
 ``api_base`` and ``params`` (extra litellm arguments such as ``dimensions`` or ``input_type``)
 go to every call. Everything that can change the vectors is in the cache key: every param

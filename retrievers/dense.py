@@ -38,7 +38,10 @@ Decisions worth knowing:
 * The device is resolved once per build: ``auto`` is CUDA when torch sees a GPU, else MPS
   when available, else CPU. The device is not part of any cache key: the same model, dtype
   and max length give the same corpus embeddings wherever they are computed (up to float
-  rounding), so a corpus embedded on a GPU is reused on a CPU and back.
+  rounding), so a corpus embedded on a GPU is reused on a CPU and back. One exception:
+  BMRetriever runs under R2MED's ``torch.cuda.amp.autocast()`` on a CUDA device (fp16 matmuls,
+  src/utils.py L147, L504), so its CUDA key says so; on the CPU that context changes nothing
+  in R2MED's code, both run fp32, and the CPU key is what it was (`encoders.bmr_autocast`).
 * Corpus embeddings are cached under ``cache_dir/dense/`` keyed by encoder id (model,
   revision, length, dtype, family recipe), document instruction and a sha256 of the corpus
   (ids and texts, in order). The corpus is encoded longest-first in chunks, each saved as it
