@@ -271,4 +271,6 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _flat_defaults() -> dict[str, Any]:
     flat = flatten({**to_dict(RunConfig(agent="hyde")), "options": {}, "prompts": {}, "rerank": []})
+    # the preset's unless given (agents.config.RunConfig decides it), as retrievers.serve shows it
+    flat["retriever.dense.r2med_rules"] = None
     return {key: flat.get(s.path) for key, s in SETTINGS.items()}

@@ -279,10 +279,8 @@ class DenseConfig:
         default=None,
         metadata=_flag(
             "r2med_rules",
-            "dense/api: R2MED's own rules where ours differ (a query paired with an empty "
-            "generated text averaged with that text's embedding; a failed "
-            "text-embedding-3-large request sent again cut shorter): true or false; "
-            "--preset paper turns them on unless given",
+            "dense/api: R2MED's rules where ours differ (an empty generated text averaged in, "
+            "a failed text-embedding-3-large request cut shorter); on under --preset paper",
             type=boolean,
             metavar="{true,false}",
         ),

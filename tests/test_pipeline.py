@@ -264,7 +264,8 @@ def test_retriever_settings_on_the_command_line_reach_the_retriever(tmp_path, to
     assert saved["dense"] == {"device": "cpu", "dtype": "fp32", "batch_size": 7,
                               "max_length": 64, "instructions": "none", "family": "auto",
                               "trust_remote_code": False,
-                              "ignore_identical_ids": True}  # fmt: skip
+                              "ignore_identical_ids": True,
+                              "r2med_rules": False}  # fmt: skip
     assert saved["api"] == {"api_base": "http://127.0.0.1:9/v1", "batch_size": 5,
                             "params": {"dimensions": "256"}}  # fmt: skip
     assert saved["fusion"]["method"] == "combsum" and saved["fusion"]["k"] == 30

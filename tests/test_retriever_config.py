@@ -133,6 +133,7 @@ def test_round_trip_through_json():
         "family": "medcpt",
         "trust_remote_code": True,
         "ignore_identical_ids": False,
+        "r2med_rules": None,
     }
     assert RetrieverConfig.from_dict(data) == config
     assert RetrieverConfig.from_dict(RetrieverConfig().to_dict()) == RetrieverConfig()
