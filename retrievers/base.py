@@ -93,10 +93,12 @@ class DenseRetriever:
     ) -> dict[str, dict[str, float]]:
         """Batched: all queries (and expansions) are encoded together."""
         reqs = list(requests.values())
+        keep_empty = [r.paired and self.r2med_rules and not r.expansion for r in reqs]
         vecs = self.index.encode_requests(
             [r.dense_text if r.dense_text is not None else r.query for r in reqs],
             [r.expansion for r in reqs],
-            [r.paired and self.r2med_rules for r in reqs],
+            # only when an empty text is averaged in: otherwise the call it always was
+            **({"keep_empty": keep_empty} if any(keep_empty) else {}),
         )
         rankings = self.index.search_vectors(vecs, k, [r.query_id for r in reqs])
         return dict(zip(requests, rankings, strict=True))
