@@ -258,12 +258,28 @@ class RunConfig:
         dense evaluation is theirs to follow) and off otherwise. config.json records the value
         (`agents.serialise` reads a file written before it existed as off, as it ran)."""
         dense = self.retriever.dense
-        if dense.r2med_rules is not None:
-            return self.retriever
-        llm = self.llm if self.llm is not None else LLMConfig()
-        embeds = any(part.kind in ("dense", "api") for part in self.retriever.parts)
-        rules = dataclasses.replace(dense, r2med_rules=llm.preset == "paper" and embeds)
-        return dataclasses.replace(self.retriever, dense=rules)
+        if dense.r2med_rules is None:
+            llm = self.llm if self.llm is not None else LLMConfig()
+            embeds = any(part.kind in ("dense", "api") for part in self.retriever.parts)
+            dense = dataclasses.replace(dense, r2med_rules=llm.preset == "paper" and embeds)
+        if dense.ignore_identical_ids is None:
+            dense = dataclasses.replace(dense, ignore_identical_ids=self._identical_ids_rule())
+        return dataclasses.replace(self.retriever, dense=dense)
+
+    def _identical_ids_rule(self) -> bool | None:
+        """``dense.ignore_identical_ids`` as the members' families decide it, recorded so:
+        their one rule; true for a spec with no dense or api member (what every config.json
+        recorded before families had rules, so such runs resume); None where members' families
+        differ (each member then follows its own)."""
+        from retrievers.families import AUTO, family_for
+
+        family = self.retriever.dense.family
+        rules = {
+            family_for(part.arg, family if part.kind == "dense" else AUTO).drops_identical_ids()
+            for part in self.retriever.parts
+            if part.kind in ("dense", "api")
+        }
+        return rules.pop() if len(rules) == 1 else (True if not rules else None)
 
     def __post_init__(self) -> None:
         check_fields(self, "", _RUN_RULES, ConfigError)

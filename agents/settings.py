@@ -271,6 +271,8 @@ def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _flat_defaults() -> dict[str, Any]:
     flat = flatten({**to_dict(RunConfig(agent="hyde")), "options": {}, "prompts": {}, "rerank": []})
-    # the preset's unless given (agents.config.RunConfig decides it), as retrievers.serve shows it
+    # decided by a run unless given (agents.config.RunConfig: the preset's, the families'
+    # rule), as retrievers.serve shows them
     flat["retriever.dense.r2med_rules"] = None
+    flat["retriever.dense.ignore_identical_ids"] = None
     return {key: flat.get(s.path) for key, s in SETTINGS.items()}

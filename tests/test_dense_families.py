@@ -574,9 +574,10 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
     assert sum(row[0] == "p1" for row in dropped) == len(corpus) - 1
     config = json.loads((tmp_path / "runs" / "dropped" / "config.json").read_text())
     dense = config["retriever"]["dense"]
-    # None: the family's rule, which for bge (R2MED's) drops the query's own document
+    # the family's rule, recorded: bge's (R2MED's) drops the query's own document, as every
+    # config.json recorded before families had rules
     assert (dense["family"], dense["ignore_identical_ids"], dense["trust_remote_code"]) == (
-        "auto", None, False,
+        "auto", True, False,
     )  # fmt: skip
     kept = run("kept", "--ignore-identical-ids", "false")
     assert {(row[0], row[2]) for row in kept} - {(row[0], row[2]) for row in dropped} == {

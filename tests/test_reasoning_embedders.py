@@ -374,8 +374,8 @@ def test_the_authors_families_keep_the_document_whose_id_is_the_querys(models, t
     """FlagEmbedding's searcher drops a document whose id is the query's only when
     ignore_identical_ids is set (abc/evaluation/searcher.py L153), which defaults to false
     (arguments.py L60-62) and no script sets; R2MED's (BEIR's) drops it. A run follows the
-    family's rule; --ignore-identical-ids true/false overrides it, and a config.json that
-    recorded true (before the rule) still drops it."""
+    family's rule (config.json records it); --ignore-identical-ids true/false overrides it,
+    and a config.json that recorded true (before the rule) still drops it."""
     from agents.run import main
     from retrievers.config import DenseConfig, RetrieverConfig
 
@@ -402,7 +402,7 @@ def test_the_authors_families_keep_the_document_whose_id_is_the_querys(models, t
     kept = run("kept")
     assert {("p1", "p1"), ("p2", "p2")} <= kept
     config = json.loads((tmp_path / "runs" / "kept" / "config.json").read_text())
-    assert config["retriever"]["dense"]["ignore_identical_ids"] is None
+    assert config["retriever"]["dense"]["ignore_identical_ids"] is False  # the rule, recorded
     dropped = run("dropped", "--ignore-identical-ids", "true")
     assert kept - dropped == {("p1", "p1"), ("p2", "p2")}
 
@@ -414,6 +414,26 @@ def test_the_authors_families_keep_the_document_whose_id_is_the_querys(models, t
     reasonembed = family_for("hanhainebula/reason-embed-qwen3-8b-0928")
     assert reasonembed.drops_identical_ids() is False
     assert reasonembed.drops_identical_ids(True) is True
+
+
+def test_a_run_records_the_rule_its_members_families_agree_on():
+    """config.json records one bool where the members agree (true for a spec with no dense or
+    api member, as every config.json did before families had rules) and null where they
+    differ, each member then following its own family."""
+    from agents.config import RunConfig
+    from retrievers.config import RetrieverConfig
+
+    def recorded(spec: str, **dense) -> bool | None:
+        retriever = RetrieverConfig.from_dict({"spec": spec, "dense": dense})
+        return RunConfig(agent="none", retriever=retriever).retriever.dense.ignore_identical_ids
+
+    reasonembed = "dense:hanhainebula/reason-embed-qwen3-8b-0928"
+    assert recorded("bm25") is True
+    assert recorded("dense:BAAI/bge-large-en-v1.5+api:text-embedding-3-large") is True
+    assert recorded(reasonembed + "+bm25") is False
+    assert recorded(reasonembed + "+dense:BAAI/bge-large-en-v1.5") is None
+    assert recorded(reasonembed, ignore_identical_ids=True) is True
+    assert recorded("dense:/models/my-folder", family="qwen3-embedding") is False
 
 
 # --- ReasonIR ---------------------------------------------------------------------------------
