@@ -91,6 +91,11 @@ EXPECTED: dict[str, list[str]] = {
         rf"^bf16/fp32 speed ratio: {NUM}",
         rf"^top-10 overlap over 4 queries: mean {NUM}, min {NUM}; same top-1 {NUM}",
     ],
+    "reasoning_embed_bench.py": [
+        rf"^  ratio ours / FlagEmbedding: {NUM}x tokens/s$",
+        r"^  vectors: max abs difference \S+ \(the same encoder, to float tolerance\)$",
+        r"^corpus demo: 342 documents, [\d,]+ tokens after the 512-token cut",
+    ],
     # served rankings equal to in-process ones and the faults are asserted in the script
     "serve_bench.py": [
         rf"^  bm25 /search 4 clients: {NUM} q/s, p50 {NUM} ms, p99 {NUM} ms, {NUM}x in-process$",

@@ -14,11 +14,8 @@ sentence-transformers called exactly as ``ReasonIREncoder`` calls it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +23,9 @@ import pytest
 
 from retrievers.dense import build_dense
 from retrievers.families import AUTO, families, family_for, family_instructions, family_names
-from tests import tiny_models
+from tests import flag_reference, tiny_models
 from tests.synthetic import generate
 
-FLAG_INSTALL = "pip install --no-deps FlagEmbedding==1.3.5 (.ci/run does)"
 # code/prompts.py L1-10: R2MEDInstructions, which runner.py L139-142 sets per task
 # (--use_special_instructions True in every script, L10)
 PROMPTS = {
@@ -45,10 +41,6 @@ PROMPTS = {
     "PMC-Clinical": "Given a Clinical Case, retrieve similar cases that help diagnose the case.",
     "IIYi-Clinical": "Given a Clinical Case, retrieve similar cases that help diagnose the case.",
 }
-# every script's --query_instruction_format_for_retrieval (e.g. scripts/ours/
-# eval_reason_embed_qwen3_8b.sh L26): a backslash and an n, which FlagEmbedding's
-# abc/evaluation/arguments.py L181-184 (and AbsEmbedder.py L155-156) turn into a newline
-FORMAT = "Instruct: {}\\nQuery: {}"
 TASK = "Biology"
 SYNTHETIC = generate(n_queries=6, n_docs=60, n_topics=6)
 # the synthetic corpus, one document longer than 512 tokens (truncation), texts as the
@@ -59,59 +51,17 @@ QUERIES = list(SYNTHETIC.queries.values())
 
 # --- FlagEmbedding's own BaseLLMEmbedder ----------------------------------------------------------
 
-_STAND_INS = ("", "abc", "abc/inference", "inference", "inference/embedder",
-              "inference/embedder/decoder_only")  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def base_llm_embedder() -> type:
-    """FlagEmbedding 1.3.5's ``BaseLLMEmbedder`` from its own files. Its package ``__init__``
-    imports what this environment leaves out (datasets; rerankers written for transformers 4),
-    so the parent packages are stood in for by empty packages on the same folders and only
-    ``abc/inference/AbsEmbedder.py`` and ``inference/embedder/decoder_only/base.py`` run;
-    ``sys.modules`` is left as it was."""
-    spec = importlib.util.find_spec("FlagEmbedding")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip(f"FlagEmbedding: {FLAG_INSTALL}")
-    root = Path(list(spec.submodule_search_locations)[0])
-    saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "FlagEmbedding"}
-    try:
-        for sub in _STAND_INS:
-            name = ".".join(["FlagEmbedding", *filter(None, sub.split("/"))])
-            package = types.ModuleType(name)
-            package.__path__ = [str(root / sub)]
-            sys.modules[name] = package
-        from FlagEmbedding.abc.inference.AbsEmbedder import AbsEmbedder
-
-        # base.py L8 imports the class from the package, whose __init__ exports it
-        sys.modules["FlagEmbedding.abc.inference"].AbsEmbedder = AbsEmbedder  # type: ignore[attr-defined]
-        from FlagEmbedding.inference.embedder.decoder_only.base import BaseLLMEmbedder
-    finally:
-        for name in [k for k in sys.modules if k.split(".")[0] == "FlagEmbedding"]:
-            del sys.modules[name]
-        sys.modules.update(saved)
-    return BaseLLMEmbedder
+    cls = flag_reference.base_llm_embedder_class()
+    if cls is None:
+        pytest.skip(f"FlagEmbedding: {flag_reference.FLAG_INSTALL}")
+    return cls
 
 
 def flag_embedder(cls: type, folder: Path, remote_code: bool = False):
-    """What code/runner.py L47-63 builds from a script's arguments (scripts/ours/*.sh L22-29):
-    last_token pooling, the 'Instruct: {}\\nQuery: {}' format, batch 256, 512/512 tokens,
-    FlagEmbedding's defaults normalize_embeddings and use_fp16 true (abc/evaluation/
-    arguments.py L92-100; fp16 is switched off on the CPU, decoder_only/base.py L214), the
-    task's instruction (runner.py L142), on the CPU."""
-    return cls(
-        str(folder),
-        normalize_embeddings=True,
-        use_fp16=True,
-        query_instruction_for_retrieval=PROMPTS[TASK],
-        query_instruction_format=FORMAT,
-        devices="cpu",
-        trust_remote_code=remote_code,
-        batch_size=256,
-        query_max_length=512,
-        passage_max_length=512,
-        pooling_method="last_token",
-    )
+    return flag_reference.flag_embedder(cls, folder, PROMPTS[TASK], remote_code)
 
 
 def as_transformers_4(tokenizer) -> None:
@@ -223,7 +173,7 @@ def test_the_instructions_are_the_authors_per_task_ones():
     for task, text in PROMPTS.items():
         flag = family_instructions(family_for("Qwen/Qwen3-Embedding-8B"), task)
         query = "Why does aspirin stop platelets?"
-        assert flag.query + query == FORMAT.replace("\\n", "\n").format(text, query)
+        assert flag.query + query == flag_reference.FORMAT.replace("\\n", "\n").format(text, query)
         assert flag.doc == flag.expansion == ""
         reasonir = family_instructions(family_for("reasonir/ReasonIR-8B"), task)
         assert reasonir.query == f"<|user|>\n{text}\n<|embed|>\n"
