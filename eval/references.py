@@ -108,7 +108,7 @@ import difflib
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -723,20 +723,19 @@ def _leaderboard_line(fields: list[str], where: str) -> tuple[str, dict[str, Any
     return row, entry
 
 
-def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
-    """The data of the leaderboard's table from a TSV copy of the page's table (a header
-    ``llm retriever avg <the 8 tasks>``, then one row a line, in the page's order).
-
-    Every name is mapped to R2MED's short names and every figure checked; a bad header,
-    field, name, figure or a row given twice is refused in one line naming the line.
-    """
-    path = Path(tsv)
+def _tsv_rows(
+    path: Path,
+    columns: Sequence[str],
+    read_line: Callable[[list[str], str], tuple[str, dict[str, Any]]],
+) -> dict[str, Any]:
+    """A published table's rows from a TSV with ``columns``, each line read by ``read_line``;
+    a bad header, an empty table or a row given twice refused in one line naming the line."""
     lines = path.read_text(encoding="utf-8").splitlines()
     header = lines[0].split("\t") if lines else []
-    if [h.strip() for h in header] != list(LEADERBOARD_COLUMNS):
+    if [h.strip() for h in header] != list(columns):
         raise ValueError(
             f"{path.as_posix()}:1: header {header!r}: expected the columns "
-            f"{', '.join(LEADERBOARD_COLUMNS)} (tab-separated)"
+            f"{', '.join(columns)} (tab-separated)"
         )
     rows: dict[str, Any] = {}
     first_line: dict[str, int] = {}
@@ -744,12 +743,23 @@ def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
         if not line.strip():
             continue
         where = f"{path.as_posix()}:{number}"
-        row, entry = _leaderboard_line(line.split("\t"), where)
+        row, entry = read_line(line.split("\t"), where)
         if row in rows:
             raise ValueError(f"{where}: row {row} again (line {first_line[row]})")
         rows[row], first_line[row] = entry, number
     if not rows:
         raise ValueError(f"{path.as_posix()}: no rows below the header")
+    return rows
+
+
+def build_leaderboard(tsv: Path | str) -> dict[str, Any]:
+    """The data of the leaderboard's table from a TSV copy of the page's table (a header
+    ``llm retriever avg <the 8 tasks>``, then one row a line, in the page's order).
+
+    Every name is mapped to R2MED's short names and every figure checked; a bad header,
+    field, name, figure or a row given twice is refused in one line naming the line.
+    """
+    rows = _tsv_rows(Path(tsv), LEADERBOARD_COLUMNS, _leaderboard_line)
     source = {"kind": LEADERBOARD_KIND, "name": LEADERBOARD_SOURCE, "page": LEADERBOARD_PAGE,
               "metric": LEADERBOARD_METRIC, "scale": 100}  # fmt: skip
     return {"source": source, "tasks": list(R2MED_TASKS), "rows": rows}
@@ -897,26 +907,7 @@ def build_reasonembed(tsv: Path | str) -> dict[str, Any]:
     figure or a row given twice is refused in one line naming the line. The table's own
     inconsistencies are kept as printed (`inconsistencies` shows them).
     """
-    path = Path(tsv)
-    lines = path.read_text(encoding="utf-8").splitlines()
-    header = [h.strip() for h in lines[0].split("\t")] if lines else []
-    if header != list(PAPER_COLUMNS):
-        raise ValueError(
-            f"{path.as_posix()}:1: header {header!r}: expected the columns "
-            f"{', '.join(PAPER_COLUMNS)} (tab-separated)"
-        )
-    rows: dict[str, Any] = {}
-    first_line: dict[str, int] = {}
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        where = f"{path.as_posix()}:{number}"
-        row, entry = _paper_line(line.split("\t"), where)
-        if row in rows:
-            raise ValueError(f"{where}: row {row} again (line {first_line[row]})")
-        rows[row], first_line[row] = entry, number
-    if not rows:
-        raise ValueError(f"{path.as_posix()}: no rows below the header")
+    rows = _tsv_rows(Path(tsv), PAPER_COLUMNS, _paper_line)
     return {"source": dict(REASONEMBED_SOURCE), "tasks": list(R2MED_TASKS), "rows": rows}
 
 

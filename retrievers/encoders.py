@@ -338,8 +338,6 @@ def instructor_encoder(load: Load) -> Encoder:
     special token. Sentence-transformers 6 strips nothing, which counts a trailing space of the
     prompt as a prompt token wherever the tokenizer keeps it.
     """
-    import torch
-
     model = _instructor_model(load.path, load.dtype, load.device)
     if load.max_length is not None:  # R2MED keeps the model's own (L199-200)
         model.max_seq_length = load.max_length
@@ -347,23 +345,35 @@ def instructor_encoder(load: Load) -> Encoder:
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, model.get_sentence_embedding_dimension()), dtype=np.float32)
-        prompt_length = 0
-        if instruction:
-            prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1
-
-        def encode_batch(batch: list[str]) -> np.ndarray:
-            features = model.preprocess([(instruction + t).strip() for t in batch])
-            features = {
-                k: v.to(model.device) if isinstance(v, torch.Tensor) else v
-                for k, v in features.items()
-            }
-            if prompt_length:
-                features["prompt_length"] = prompt_length
-            return _rows(model(features)["sentence_embedding"], True)
-
-        return _batched(list(texts), load.batch_size, encode_batch)
+        return _encode_prompted(model, list(texts), instruction, load.batch_size, True)
 
     return encode
+
+
+def _encode_prompted(
+    model: Any, texts: list[str], instruction: str, batch_size: int, normalize: bool
+) -> np.ndarray:
+    """A SentenceTransformer's rows for ``instruction`` + each text, as its ``encode(prompt=)``
+    computed them up to version 5: each prompt + text stripped of surrounding white space
+    before tokenizing (``Transformer.tokenize``), and the prompt's length (its stripped tokens
+    less the final special token) passed on to the pooling, which uses it only where the
+    pooling leaves the prompt out."""
+    import torch
+
+    prompt_length = 0
+    if instruction:
+        prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1
+
+    def encode_batch(batch: list[str]) -> np.ndarray:
+        features = model.preprocess([(instruction + t).strip() for t in batch])
+        features = {
+            k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()
+        }
+        if prompt_length:
+            features["prompt_length"] = prompt_length
+        return _rows(model(features)["sentence_embedding"], normalize)
+
+    return _batched(texts, batch_size, encode_batch)
 
 
 @cache
@@ -517,15 +527,10 @@ def reasonir_encoder(load: Load) -> Encoder:
     (L10) has handed the model to sentence-transformers' encoding processes, which never see
     it. ``--max-length`` sets one.
 
-    As the sentence-transformers of their stack (<= 5, on transformers 4.x) computed it: each
-    prompt + text stripped of surrounding white space before tokenizing (Transformer.tokenize),
-    and the prompt's length (its stripped tokens less one) passed on to the pooling, which uses
-    it only where the checkpoint's pooling leaves the prompt out. Sentence-transformers 6 strips
-    nothing. Their encoder never calls set_pooling_include_prompt: the checkpoint's own pooling
-    configuration decides.
+    As the sentence-transformers of their stack (<= 5, on transformers 4.x) computed it
+    (`_encode_prompted`); sentence-transformers 6 strips nothing. Their encoder never calls
+    set_pooling_include_prompt: the checkpoint's own pooling configuration decides.
     """
-    import torch
-
     model, own_length = _reasonir_model(load.path, load.dtype, load.device)
 
     def encode(texts: list[str], instruction: str, role: str) -> np.ndarray:
@@ -533,23 +538,11 @@ def reasonir_encoder(load: Load) -> Encoder:
             return np.zeros((0, model.get_embedding_dimension()), dtype=np.float32)
         # the checkpoint's own unless the user sets one (see above)
         model.max_seq_length = load.length(role) or own_length
-        prompt_length = 0
-        if instruction:
-            prompt_length = model.preprocess([instruction.strip()])["input_ids"].shape[-1] - 1
-
-        def encode_batch(batch: list[str]) -> np.ndarray:
-            features = model.preprocess([(instruction + t).strip() for t in batch])
-            features = {
-                k: v.to(model.device) if isinstance(v, torch.Tensor) else v
-                for k, v in features.items()
-            }
-            if prompt_length:
-                features["prompt_length"] = prompt_length
-            return _rows(model(features)["sentence_embedding"], load.family.normalize)
-
         # sentence-transformers' encode: longest texts first, batch by batch
         order = np.argsort([-len((instruction + t).strip()) for t in texts])
-        ordered = _batched([texts[i] for i in order], load.batch_size, encode_batch)
+        ordered = _encode_prompted(
+            model, [texts[i] for i in order], instruction, load.batch_size, load.family.normalize
+        )
         return ordered[np.argsort(order)]
 
     return encode
