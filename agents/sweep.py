@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import fnmatch
 import re
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,8 +63,9 @@ AXES = ("agent", "dataset", "retriever", "model", "prompt", "rerank")  # set per
 RUN_KEYS = {"quiet": bool, "overwrite": bool}  # how to run, not what: not in the config
 TOP_KEYS = {
     "output", "cache_dir", "agents", "retrievers", "models", "datasets", "prompts", "options",
-    "compare", "reranks", "run_files",
+    "compare", "reranks", "run_files", "ray",
 }  # fmt: skip
+RAY_KEYS = {"address", "resources", "cells"}  # [ray]: the cluster and what each cell asks of it
 RUN_FILE_KEYS = ("file", "dataset")  # a run_files entry's required keys
 ENTRY_KEYS = {*RUN_FILE_KEYS, "duplicates", "order"}
 COMPARE_KEYS = {"metric", "baseline", "test"}
@@ -109,6 +112,19 @@ class Sweep:
     compare: dict[str, Any] = field(default_factory=dict)
     # first stages read from TREC run files, each reranked by every chain
     run_files: list[RunFile] = field(default_factory=list)
+    # [ray]: the cluster's address (None: run locally), the resources every cell asks for,
+    # and per cell-name pattern (fnmatch) what some ask for instead
+    ray: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+    cell_resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def resources_of(self, cell: str) -> dict[str, Any]:
+        """What ``cell`` asks of the cluster: the last pattern matching it wins."""
+        asked = dict(self.resources)
+        for pattern, table in self.cell_resources.items():
+            if fnmatch.fnmatchcase(cell, pattern):
+                asked.update(table)
+        return asked
 
 
 def load_sweep(path: Path | str) -> Sweep:
@@ -251,6 +267,8 @@ def load_sweep(path: Path | str) -> Sweep:
         except ValueError as e:
             raise fail("models", str(e)) from None
 
+    address, resources, cell_resources = _ray_table(raw.get("ray", {}), fail)
+
     output = raw.get("output", path.stem)
     cache_dir = raw.get("cache_dir")
     for key, value in (("output", output), ("cache_dir", cache_dir)):
@@ -269,6 +287,9 @@ def load_sweep(path: Path | str) -> Sweep:
         compare=compare,
         reranks=reranks,
         run_files=run_files,
+        ray=address,
+        resources=resources,
+        cell_resources=cell_resources,
     )
     try:
         grid = _grid(sweep)  # every cell's config is checked before anything runs
@@ -283,6 +304,40 @@ def load_sweep(path: Path | str) -> Sweep:
         )
     _baselines(sweep, grid)  # a baseline that names no cell is refused now
     return sweep
+
+
+def _ray_table(
+    table: Any, fail: Callable[[str, str], SweepError]
+) -> tuple[str | None, dict[str, Any], dict[str, dict[str, Any]]]:
+    """[ray]: ``address`` (HOST:PORT or auto), ``resources`` (num_cpus, num_gpus, memory in
+    bytes, for every cell) and ``cells`` ({"<cell-name pattern>" = {resources}})."""
+    from agents.cluster.cells import RESOURCE_KEYS
+
+    if not isinstance(table, dict):
+        raise fail("ray", f"expected a table, got {table!r}")
+    if unknown := sorted(set(table) - RAY_KEYS):
+        raise fail(f"ray.{unknown[0]}", f"unknown key; known: {', '.join(sorted(RAY_KEYS))}")
+    address = table.get("address")
+    if address is not None and (not isinstance(address, str) or not address):
+        raise fail("ray.address", f"expected HOST:PORT or auto, got {address!r}")
+
+    def asked(key: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise fail(key, f"expected a table of {', '.join(RESOURCE_KEYS)}, got {value!r}")
+        for name, amount in value.items():
+            if name not in RESOURCE_KEYS:
+                raise fail(f"{key}.{name}", f"unknown resource; known: {', '.join(RESOURCE_KEYS)}")
+            number = isinstance(amount, int | float) and not isinstance(amount, bool)
+            if not number or amount < 0 or (name == "memory" and amount != int(amount)):
+                raise fail(f"{key}.{name}", f"expected a number >= 0, got {amount!r}")
+        return dict(value)
+
+    resources = asked("ray.resources", table.get("resources", {}))
+    cells = table.get("cells", {})
+    if not isinstance(cells, dict):
+        raise fail("ray.cells", f'expected {{"<cell-name pattern>" = {{...}}}}, got {cells!r}')
+    by_pattern = {p: asked(f"ray.cells.{p}", v) for p, v in cells.items()}
+    return address, resources, by_pattern
 
 
 def _dataset(base: Path, name: str) -> str:
@@ -569,9 +624,11 @@ def run_sweep(sweep: Sweep) -> int:
         print(note)
     status: dict[str, int] = {}
     quiet = bool(sweep.options.get("quiet"))
-    for i, cell in enumerate(grid, 1):
+    if sweep.ray is not None:
+        status = _run_on_cluster(sweep, grid, runs_dir)
+    for i, cell in enumerate(grid if sweep.ray is None else [], 1):
         print(f"[{i}/{len(grid)}] {cell.name}", flush=True)
-        status[cell.name] = _run_cell(cell, sweep.options.get("overwrite", False), quiet)
+        status[cell.name] = run_cell(cell.config, sweep.options.get("overwrite", False), quiet)
     write_json(
         sweep.output / "cells.json",
         [{"name": c.name, "config": to_dict(c.config), "status": status[c.name]} for c in grid],
@@ -613,20 +670,49 @@ def run_sweep(sweep: Sweep) -> int:
     return 0
 
 
-def _run_cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
+def run_cell(config: RunConfig, overwrite: bool, quiet: bool) -> int:
     """One cell, as `agents.run` would exit on it: 0 done, 1 some queries failed, 2 refused;
     a refusal is this cell's only (the next one runs), a Ctrl-C stops the sweep."""
-    return refused(lambda: _cell(cell, overwrite, quiet), prefix=f"{cell.name}: ")
+    name = config.run_name or default_run_name(config)
+    return refused(lambda: _cell(config, overwrite, quiet), prefix=f"{name}: ")
 
 
-def _cell(cell: Cell, overwrite: bool, quiet: bool) -> int:
+def _cell(config: RunConfig, overwrite: bool, quiet: bool) -> int:
     from agents.pipeline import run
 
-    paper = paper_for(cell.config)
-    result = run(cell.config, overwrite=overwrite, progress=not quiet, on_task=task_printer(paper))
+    paper = paper_for(config)
+    result = run(config, overwrite=overwrite, progress=not quiet, on_task=task_printer(paper))
     if (average := paper_average(result, paper)) is not None:
         print(average)
     return 1 if result.failed else 0
+
+
+def _run_on_cluster(sweep: Sweep, grid: list[Cell], runs_dir: Path) -> dict[str, int]:
+    """Every cell a Ray task (agents.cluster.cells); progress a line per finished cell."""
+    from agents.cluster.cells import print_outcome, run_cells
+    from agents.cluster.connect import connect
+
+    assert sweep.ray is not None
+    ray = connect(sweep.ray)
+    print(f"on the Ray cluster at {sweep.ray}: {len(grid)} cells", flush=True)
+    finished = 0
+
+    def report(name: str, outcome: Any, failure: str | None) -> None:
+        nonlocal finished
+        finished += 1
+        where = f" (node {outcome.node})" if outcome is not None else ""
+        print(f"[{finished}/{len(grid)}] {name}{where}", flush=True)
+        print_outcome(name, outcome, failure)
+
+    return run_cells(
+        ray,
+        [(c.name, c.config) for c in grid],
+        runs_dir,
+        sweep.cache_dir / "llm",
+        sweep.options.get("overwrite", False),
+        sweep.resources_of,
+        report,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -646,11 +732,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="estimate each cell's LLM calls, tokens and cost; call no model, write nothing",
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the cells on the Ray cluster at ADDRESS (HOST:PORT of its head, or auto: "
+        "RAY_ADDRESS), over the file's [ray] address",
+    )
     args = p.parse_args(argv)
     setup_logging()
 
     def body() -> int:
         sweep = load_sweep(args.config)
+        if args.ray is not None:
+            sweep = dataclasses.replace(sweep, ray=args.ray)
         if args.list:
             print(list_cells(sweep))
             return 0

@@ -6,7 +6,9 @@ everything that decides the answer, the value a JSON string. Values are JSON rat
 pickles so the cache stays readable by any tool and never executes code when loaded.
 
 The cache lives in SQLite (diskcache), which is process-safe: several runs may share one
-folder. Nothing is held in memory besides the connection.
+folder. Nothing is held in memory besides the connection. On a Ray cluster every worker reads
+and writes the driver's cache, through an actor that owns it (`use_opener`,
+agents/cluster/cache.py): the same keys and entries.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +144,23 @@ class LLMCache:
 
     def close(self) -> None:
         self._store.close()
+
+
+# What `open_cache` opens: a process's own diskcache folder, or (a cluster's worker) the
+# driver's cache through an actor (agents.cluster.cache)
+_opener: Callable[[Path], Any] | None = None
+
+
+def open_cache(directory: Path) -> Any:
+    """The response cache for ``directory``: an `LLMCache`, or what `use_opener` installed
+    (anything with ``get(key)``, ``set(key, entry)`` and ``close()``)."""
+    return LLMCache(directory) if _opener is None else _opener(directory)
+
+
+def use_opener(opener: Callable[[Path], Any] | None) -> None:
+    """Make `open_cache` return ``opener(directory)`` in this process (None: its own again)."""
+    global _opener
+    _opener = opener
 
 
 def _open_store(directory: Path) -> diskcache.Cache:

@@ -43,7 +43,7 @@ from typing import Any
 from aiolimiter import AsyncLimiter
 from tenacity import RetryCallState
 
-from agents.llm.cache import CACHE_MODES, LLMCache, cache_key
+from agents.llm.cache import CACHE_MODES, LLMCache, cache_key, open_cache
 from agents.llm.embedded import is_local, local_name
 from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.keys import auth_error_message, is_auth_error
@@ -325,7 +325,7 @@ class LLM:
         if self.cache_dir is None or self.cache_mode == "off":
             return None
         if self._cache is None:
-            self._cache = LLMCache(self.cache_dir / "llm")
+            self._cache = open_cache(self.cache_dir / "llm")
         return self._cache
 
     def _record(self, completion: Completion) -> Completion:

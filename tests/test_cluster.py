@@ -1,0 +1,162 @@
+"""Sweeps on a Ray cluster: two nodes on loopback, started and stopped here.
+
+Ray turns 127.0.0.1 into the machine's routable address; the cluster runs on 127.0.0.2, which
+it keeps when every node and the driver name it (agents.cluster.connect), so no test traffic
+leaves the loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agents.cluster.connect import ClusterError, connect, resolve_address
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.2"
+# the ray command beside this Python (the venv's), else on PATH
+RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray") or "ray"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """HOST:PORT of a two-node cluster, one CPU a node, its workers' caches in a folder of
+    their own (a worker shares no disk with the driver but by accident of this machine)."""
+    pytest.importorskip("ray", reason="ray: pip install -e '.[ray]' (the test extra has it)")
+    root = tmp_path_factory.mktemp("ray")
+    port = _free_port()
+    # the workers import this checkout's code, as the driver does (cwd)
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": path,
+           "R2MED_AGENTS_CACHE": str(root / "worker-cache"), "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    common = ["--node-ip-address", HOST, "--num-cpus", "1", "--disable-usage-stats"]
+    head = [str(RAY), "start", "--head", "--port", str(port), "--include-dashboard=false",
+            "--temp-dir", str(root / "t"), *common]  # fmt: skip
+    subprocess.run(head, env=env, check=True, capture_output=True, timeout=180)
+    try:
+        worker = [str(RAY), "start", "--address", f"{HOST}:{port}", *common]
+        subprocess.run(worker, env=env, check=True, capture_output=True, timeout=180)
+        yield f"{HOST}:{port}"
+    finally:
+        subprocess.run([str(RAY), "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+# --- refused in one line, before any work ----------------------------------------------------
+
+
+def test_auto_without_ray_address_is_refused(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ClusterError, match=r"^--ray auto: RAY_ADDRESS is not set"):
+        resolve_address("auto")
+    monkeypatch.setenv("RAY_ADDRESS", f"{HOST}:6379")
+    assert resolve_address("auto") == f"{HOST}:6379"
+    with pytest.raises(ClusterError, match="expected HOST:PORT"):
+        resolve_address("nowhere")
+
+
+def test_a_missing_ray_is_one_line_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without the extra has
+    with pytest.raises(ClusterError) as refused:
+        connect(f"{HOST}:{_free_port()}")
+    assert str(refused.value).startswith(f"--ray {HOST}:") and "pip install -e '.[ray]'" in str(
+        refused.value
+    )
+
+
+def test_an_address_where_no_cluster_answers_is_one_line_in_seconds(tmp_path):
+    pytest.importorskip("ray", reason="ray: pip install -e '.[ray]' (the test extra has it)")
+    address = f"{HOST}:{_free_port()}"
+    sweep = _sweep_file(tmp_path, f"[ray]\naddress = '{address}'\n")
+    proc = _sweep(sweep, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --ray {address}: no Ray cluster answers there (Connection refused); start one "
+        "with `ray start --head` or give its address"
+    ]
+    runs = tmp_path / "out" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+# --- a sweep on the cluster ------------------------------------------------------------------
+
+
+SWEEP = """\
+output = "{output}"
+cache_dir = "cache"
+agents = ["hyde", "query2doc", "lamer", "none"]
+retrievers = ["bm25"]
+models = ["local/smollm2-135m"]
+datasets = ["demo"]
+
+[options]
+limit = 3
+max_tokens = 24
+quiet = true
+"""
+
+
+def _sweep_file(folder: Path, extra: str = "", output: str = "out") -> Path:
+    path = folder / f"{output}.toml"
+    path.write_text(SWEEP.format(output=output) + extra)
+    return path
+
+
+def _sweep(path: Path, *flags: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "agents.sweep", str(path), *flags],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def _usage(run_folder: Path) -> tuple[int, int]:
+    usage = json.loads((run_folder / "demo" / "metrics.json").read_text())["usage"]
+    return usage.get("calls", 0), usage.get("cached_calls", 0)
+
+
+@pytest.mark.slow
+def test_a_sweep_on_the_cluster_equals_the_local_sweep_and_shares_one_cache(cluster, tmp_path):
+    on_cluster = _sweep_file(tmp_path, textwrap.dedent("""
+        [ray]
+        resources = {num_cpus = 1}
+    """), output="cluster")  # fmt: skip
+    proc = _sweep(on_cluster, "--ray", cluster)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = sorted((tmp_path / "cluster" / "runs").iterdir())
+    assert len(runs) == 4
+    nodes = {line.rsplit("node ", 1)[1] for line in proc.stdout.splitlines() if "] " in line
+             and "node " in line}  # fmt: skip
+    assert len(nodes) == 2, proc.stdout  # both nodes ran cells
+    # the local sweep on the same cache: every LLM answer is the cluster's (no call spent) and
+    # every ranking the same, byte for byte
+    local = _sweep(_sweep_file(tmp_path, output="local"))
+    assert local.returncode == 0, local.stderr[-3000:]
+    for run in runs:
+        twin = tmp_path / "local" / "runs" / run.name
+        for name in ("run.trec", "per_query.jsonl", "metrics.json"):
+            if name == "metrics.json":
+                continue  # its usage says where the answers came from
+            assert (twin / "demo" / name).read_bytes() == (run / "demo" / name).read_bytes()
+        calls, cached = _usage(twin)
+        assert calls == cached, (run.name, calls, cached)
+        config = json.loads((run / "config.json").read_text())
+        assert config["runs_dir"] == str(tmp_path / "cluster" / "runs")  # the driver's paths
+    # a rerun on the cluster resumes: nothing answered again, nothing changed
+    before = {p: p.read_bytes() for p in (tmp_path / "cluster" / "runs").rglob("run.trec")}
+    again = _sweep(on_cluster, "--ray", cluster)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {p: p.read_bytes() for p in before} == before
