@@ -160,3 +160,38 @@ def test_a_sweep_on_the_cluster_equals_the_local_sweep_and_shares_one_cache(clus
     again = _sweep(on_cluster, "--ray", cluster)
     assert again.returncode == 0, again.stderr[-3000:]
     assert {p: p.read_bytes() for p in before} == before
+
+
+def _cell_workers() -> list[int]:
+    """Pids of the Ray workers running a cell now (Ray titles them ray::run_on_worker)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in out.splitlines() if "ray::run_on_worker" in line]
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_its_cell_alone_and_the_rerun_finishes_it(cluster, tmp_path):
+    import signal
+    import time
+
+    path = _sweep_file(tmp_path, "[ray]\nresources = {num_cpus = 1}\n", output="killed")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agents.sweep", str(path), "--ray", cluster],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not (workers := _cell_workers()):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.kill(workers[0], signal.SIGKILL)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err[-3000:]
+    failed = [line for line in err.splitlines() if "failed on the cluster" in line]
+    assert len(failed) == 1, err[-3000:]
+    assert failed[0].count("\n") == 0 and out.count("] ") == 4  # every cell reported
+    assert "not finished:" in err
+    finished = {p.parent.parent.name for p in (tmp_path / "killed" / "runs").rglob("run.trec")}
+    assert len(finished) == 3
+    again = _sweep(path, "--ray", cluster)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert len(list((tmp_path / "killed" / "runs").rglob("run.trec"))) == 4
