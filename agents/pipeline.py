@@ -92,15 +92,17 @@ def run(
     overwrite: bool = False,
     progress: bool = True,
     on_task: Callable[[TaskResult], None] | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     """Run `config` to the end (resuming its run folder) and return every task's results.
 
     Refusals raise `RunError`, `eval.datasets.DataError`, `prompts.PromptError` or
     `eval.files.FolderError` (all ValueErrors with one-line messages) before any model is
     called; a missing or rejected API key raises `agents.llm.LLMAuthError` after keeping every
-    finished query. `on_task` is called as each task finishes.
+    finished query. `on_task` is called as each task finishes. ``ray`` (a cluster's address,
+    or auto) spreads each task's queries over the cluster's workers (agents.cluster.queries).
     """
-    return run_sync(arun(config, overwrite=overwrite, progress=progress, on_task=on_task))
+    return run_sync(arun(config, overwrite=overwrite, progress=progress, on_task=on_task, ray=ray))
 
 
 async def arun(
@@ -109,10 +111,15 @@ async def arun(
     overwrite: bool = False,
     progress: bool = True,
     on_task: Callable[[TaskResult], None] | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     started = time.perf_counter()
     plan = prepare(config)
     warn_unsent(plan)
+    if ray is not None:
+        from agents.cluster.queries import start
+
+        plan.cluster = start(ray, plan.config, plan.cache_dir)
     return await _arun(plan, overwrite, progress, on_task, started)
 
 
@@ -327,6 +334,22 @@ async def run_task(
         records = {q: r for q, r in folder.records().items() if q in queries}
     elif tp.run_file is not None:
         records = adopt_run_file(tp.run_file, queries, out)
+    elif plan.cluster is not None:  # the graph on the cluster's workers; BM25 for its baseline
+        graph = plan.cluster.graph(plan.tasks.index(tp), len(queries))
+        bm25 = build_retriever(
+            dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
+        )
+        try:
+            records = await run_queries(
+                graph,
+                queries,
+                folder.records_path,
+                concurrency=max(concurrency, plan.cluster.workers),
+                progress=progress,
+                label=f"{task.name} [{config.agent}]",
+            )
+        finally:
+            graph.close()
     else:
         graph, bm25 = agent_graph(plan, tp, progress)
         records = await run_queries(

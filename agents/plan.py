@@ -59,6 +59,7 @@ class Plan:
     tasks: list[TaskPlan]
     llms: dict[tuple[str, str | None], Any]  # (model, api_base) -> agents.llm.LLM
     source: RunConfig | None = None  # the finished run a rerank starts from
+    cluster: Any = None  # agents.cluster.queries.Cluster: where the agent answers (--ray)
 
     def agent_llm(self) -> Any:
         llm = self.config.llm

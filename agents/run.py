@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dry-run", action="store_true", help="estimate LLM calls, tokens and cost; call no model"
     )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="answer the queries on the Ray cluster at ADDRESS (HOST:PORT of its head, or auto: "
+        "RAY_ADDRESS); the run folder stays here (docs/cluster.md)",
+    )
     return p.parse_args(argv)
 
 
@@ -90,7 +96,11 @@ def _run(args: argparse.Namespace) -> int:
 
     paper = paper_for(config)
     result = run(
-        config, overwrite=args.overwrite, progress=not args.quiet, on_task=task_printer(paper)
+        config,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+        on_task=task_printer(paper),
+        ray=args.ray,
     )
     return print_summary(result, paper)
 

@@ -195,3 +195,46 @@ def test_a_killed_worker_fails_its_cell_alone_and_the_rerun_finishes_it(cluster,
     again = _sweep(path, "--ray", cluster)
     assert again.returncode == 0, again.stderr[-3000:]
     assert len(list((tmp_path / "killed" / "runs").rglob("run.trec"))) == 4
+
+
+# --- one run's queries on the cluster --------------------------------------------------------
+
+
+def _run(tmp_path: Path, name: str, cache: str, *flags: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    cmd = [sys.executable, "-m", "agents.run", "--agent", "hyde", "--model",
+           "local/smollm2-135m", "--limit", "4", "--max-tokens", "24", "--quiet", "--runs-dir",
+           str(tmp_path / "runs"), "--run-name", name, "--cache-dir", str(tmp_path / cache),
+           *flags]  # fmt: skip
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+
+
+def _summary(run: Path) -> dict:
+    """metrics.json but for what differs between any two runs: wall time, and whether the
+    answers came from the cache."""
+    data = json.loads((run / "demo" / "metrics.json").read_text())
+    data.pop("seconds")
+    data["usage"] = {k: v for k, v in data["usage"].items() if k in ("calls", "prompt_tokens",
+                                                                    "completion_tokens")}  # fmt: skip
+    return data
+
+
+@pytest.mark.slow
+def test_a_runs_queries_on_the_cluster_give_the_local_run_byte_for_byte(cluster, tmp_path):
+    local = _run(tmp_path, "local", "cache-local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    remote = _run(tmp_path, "cluster", "cache-cluster", "--ray", cluster)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    here, there = tmp_path / "runs" / "local", tmp_path / "runs" / "cluster"
+    for name in ("run.trec", "per_query.jsonl"):
+        assert (here / "demo" / name).read_bytes() == (there / "demo" / name).read_bytes()
+    assert _summary(here) == _summary(there)
+    calls = json.loads((there / "demo" / "metrics.json").read_text())["usage"]["calls"]
+    assert calls > 0
+    # a new run on the cluster with the cluster run's cache: every answer from the driver's
+    again = _run(tmp_path, "again", "cache-cluster", "--ray", cluster)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = tmp_path / "runs" / "again"
+    usage = json.loads((rerun / "demo" / "metrics.json").read_text())["usage"]
+    assert usage["calls"] == usage["cached_calls"] == calls
+    assert (here / "demo" / "run.trec").read_bytes() == (rerun / "demo" / "run.trec").read_bytes()

@@ -1,0 +1,114 @@
+"""One run's queries spread over a Ray cluster (``agents.run --ray ADDRESS``).
+
+The driver runs the run as it always does, and writes every record, in its folder, as queries
+finish; only the agent's graph is elsewhere: `ClusterGraph` stands where the local graph
+stands, and sends each query to the least busy of a pool of `QueryWorker` actors. Each worker
+builds the task's retriever and the agent's graph once (its own index cache), with the
+driver's inputs sent as bytes (agents.cluster.cells.Inputs) and the driver's LLM cache
+(agents.cluster.cache), and answers queries with it. A query's failure comes back as the
+exception the graph raised, so its record is the local run's.
+
+Rerank stages run on the driver, as locally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from agents.cluster.cache import RemoteCache, start_owner
+from agents.cluster.cells import Inputs, inputs
+from agents.cluster.folders import unpack
+from agents.config import RunConfig
+
+
+class QueryWorker:
+    """A task's graph on a worker (made a Ray actor by `Cluster.graph`)."""
+
+    def __init__(self, config: RunConfig, shipped: Inputs, task_index: int, owner: Any) -> None:
+        from agents.llm.cache import use_opener
+        from agents.pipeline import agent_graph
+        from agents.plan import prepare
+
+        self._inputs = tempfile.TemporaryDirectory(prefix="r2med-queries-")
+        root = Path(self._inputs.name)
+        paths = {}
+        for n, (path, data) in enumerate(shipped.folders.items()):
+            paths[path] = str(unpack(data, root / "in" / str(n) / Path(path).name))
+        for n, (path, data) in enumerate(shipped.files.items()):
+            target = root / "files" / str(n) / Path(path).name
+            target.parent.mkdir(parents=True)
+            target.write_bytes(data)
+            paths[path] = str(target)
+        use_opener(lambda directory: RemoteCache(owner))
+        local = dataclasses.replace(
+            config,
+            dataset=",".join(paths.get(p, p) for p in config.dataset.split(",")),
+            prompt_files={k: paths.get(v, v) for k, v in config.prompt_files.items()},
+            generations=paths.get(config.generations or "", config.generations),
+            runs_dir=str(root / "runs"),  # nothing is written there: the driver writes
+            cache_dir=None,  # the worker's own, for indexes and models
+        )
+        plan = prepare(local)
+        self._graph, _ = agent_graph(plan, plan.tasks[task_index], progress=False)
+
+    async def invoke(self, state: dict) -> dict:
+        return await self._graph.ainvoke(state)
+
+
+@dataclasses.dataclass
+class Cluster:
+    """The cluster a run's queries go to: its `ray` module and the driver's cache owner."""
+
+    ray: Any
+    owner: Any
+    config: RunConfig
+    shipped: Inputs
+    workers: int  # actors per task
+
+    def graph(self, task_index: int, queries: int) -> ClusterGraph:
+        actor = self.ray.remote(QueryWorker).options(num_cpus=1, max_restarts=0)
+        count = max(1, min(self.workers, queries))
+        actors = [
+            actor.remote(self.config, self.shipped, task_index, self.owner) for _ in range(count)
+        ]
+        return ClusterGraph(self.ray, actors)
+
+
+class ClusterGraph:
+    """A graph whose ``ainvoke`` runs on the least busy of ``actors``."""
+
+    def __init__(self, ray: Any, actors: list[Any]) -> None:
+        self._ray = ray
+        self._actors = actors
+        self._busy = [0] * len(actors)
+
+    async def ainvoke(self, state: dict) -> dict:
+        i = min(range(len(self._actors)), key=self._busy.__getitem__)
+        self._busy[i] += 1
+        try:
+            return await self._actors[i].invoke.remote(state)
+        except self._ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            raise (cause if isinstance(cause, BaseException) else e) from None
+        finally:
+            self._busy[i] -= 1
+
+    def close(self) -> None:
+        for actor in self._actors:
+            self._ray.kill(actor)
+
+
+def start(address: str, config: RunConfig, cache_dir: Path) -> Cluster:
+    """Join the cluster at ``address`` for ``config``'s run (its LLM cache: ``cache_dir``)."""
+    from agents.cluster.connect import connect
+
+    ray = connect(address)
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    in_flight = config.llm.concurrency if config.llm is not None else 4
+    workers = max(1, min(cpus, in_flight))
+    run_folder = Path(config.runs_dir) / "_"  # no run folder is sent: the driver keeps it
+    shipped = dataclasses.replace(inputs(config, run_folder), run_folder=None)
+    return Cluster(ray, start_owner(ray, cache_dir / "llm"), config, shipped, workers)
