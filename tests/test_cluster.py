@@ -214,8 +214,8 @@ def _summary(run: Path) -> dict:
     answers came from the cache."""
     data = json.loads((run / "demo" / "metrics.json").read_text())
     data.pop("seconds")
-    data["usage"] = {k: v for k, v in data["usage"].items() if k in ("calls", "prompt_tokens",
-                                                                    "completion_tokens")}  # fmt: skip
+    kept = ("calls", "prompt_tokens", "completion_tokens")
+    data["usage"] = {k: v for k, v in data["usage"].items() if k in kept}
     return data
 
 
@@ -238,3 +238,28 @@ def test_a_runs_queries_on_the_cluster_give_the_local_run_byte_for_byte(cluster,
     usage = json.loads((rerun / "demo" / "metrics.json").read_text())["usage"]
     assert usage["calls"] == usage["cached_calls"] == calls
     assert (here / "demo" / "run.trec").read_bytes() == (rerun / "demo" / "run.trec").read_bytes()
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_the_driver_cancels_the_clusters_tasks(cluster, tmp_path):
+    import signal
+    import time
+
+    path = _sweep_file(tmp_path, "[ray]\nresources = {num_cpus = 1}\n", output="stopped")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agents.sweep", str(path), "--ray", cluster],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not _cell_workers():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    deadline = time.monotonic() + 60
+    while _cell_workers():  # cancelled on the cluster too, not left to finish
+        assert time.monotonic() < deadline, "cells still running after Ctrl-C"
+        time.sleep(0.5)
