@@ -119,7 +119,7 @@ async def arun(
     if ray is not None:
         from agents.cluster.queries import start
 
-        plan.cluster = start(ray, plan.config, plan.cache_dir)
+        plan.cluster = start(ray, plan.config, plan.cache_dir, agent_graph)
     return await _arun(plan, overwrite, progress, on_task, started)
 
 

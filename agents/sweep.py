@@ -706,6 +706,7 @@ def _run_on_cluster(sweep: Sweep, grid: list[Cell], runs_dir: Path) -> dict[str,
 
     return run_cells(
         ray,
+        run_cell,
         [(c.name, c.config) for c in grid],
         runs_dir,
         sweep.cache_dir / "llm",

@@ -62,11 +62,15 @@ def inputs(config: RunConfig, run_folder: Path) -> Inputs:
 
 
 def run_on_worker(
-    config: RunConfig, shipped: Inputs, driver_run_folder: str, overwrite: bool, owner: Any
+    config: RunConfig,
+    shipped: Inputs,
+    driver_run_folder: str,
+    overwrite: bool,
+    owner: Any,
+    run_cell: Callable[[RunConfig, bool, bool], int],
 ) -> Outcome:
-    """A cell on a worker (the body of its Ray task)."""
+    """A cell on a worker (the body of its Ray task): ``run_cell`` (agents.sweep's) runs it."""
     from agents.llm.cache import use_opener
-    from agents.sweep import run_cell
     from eval.datasets import default_cache_dir
 
     with tempfile.TemporaryDirectory(prefix="r2med-cell-") as tmp:
@@ -129,6 +133,7 @@ def _moved_config(
 
 def run_cells(
     ray: Any,
+    run_cell: Callable[[RunConfig, bool, bool], int],
     cells: list[tuple[str, RunConfig]],
     runs_dir: Path,
     llm_cache: Path,
@@ -136,7 +141,8 @@ def run_cells(
     resources: Callable[[str], dict[str, Any]],
     report: Callable[[str, Outcome | None, str | None], None],
 ) -> dict[str, int]:
-    """Run ``cells`` (name, config) on the cluster, in parallel as far as it allows; each
+    """Run ``cells`` (name, config) on the cluster with ``run_cell`` (config, overwrite,
+    quiet -> exit status), in parallel as far as it allows; each
     finished cell's run folder written to ``runs_dir/<name>`` and ``report``ed (outcome, or a
     failure's one line). Returns each cell's exit status."""
     owner = start_owner(ray, llm_cache)
@@ -145,7 +151,7 @@ def run_cells(
     for name, config in cells:
         folder = runs_dir / name
         ref = task.options(max_retries=0, **resources(name)).remote(
-            config, inputs(config, folder), str(folder), overwrite, owner
+            config, inputs(config, folder), str(folder), overwrite, owner, run_cell
         )
         pending[ref] = name
     status: dict[str, int] = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,15 @@ from agents.config import RunConfig
 class QueryWorker:
     """A task's graph on a worker (made a Ray actor by `Cluster.graph`)."""
 
-    def __init__(self, config: RunConfig, shipped: Inputs, task_index: int, owner: Any) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        shipped: Inputs,
+        task_index: int,
+        owner: Any,
+        agent_graph: Callable[..., tuple[Any, Any]],
+    ) -> None:
         from agents.llm.cache import use_opener
-        from agents.pipeline import agent_graph
         from agents.plan import prepare
 
         self._inputs = tempfile.TemporaryDirectory(prefix="r2med-queries-")
@@ -67,14 +74,13 @@ class Cluster:
     config: RunConfig
     shipped: Inputs
     workers: int  # actors per task
+    agent_graph: Callable[..., tuple[Any, Any]]  # agents.pipeline's: (plan, task plan) -> graph
 
     def graph(self, task_index: int, queries: int) -> ClusterGraph:
         actor = self.ray.remote(QueryWorker).options(num_cpus=1, max_restarts=0)
         count = max(1, min(self.workers, queries))
-        actors = [
-            actor.remote(self.config, self.shipped, task_index, self.owner) for _ in range(count)
-        ]
-        return ClusterGraph(self.ray, actors)
+        made = (self.config, self.shipped, task_index, self.owner, self.agent_graph)
+        return ClusterGraph(self.ray, [actor.remote(*made) for _ in range(count)])
 
 
 class ClusterGraph:
@@ -101,8 +107,11 @@ class ClusterGraph:
             self._ray.kill(actor)
 
 
-def start(address: str, config: RunConfig, cache_dir: Path) -> Cluster:
-    """Join the cluster at ``address`` for ``config``'s run (its LLM cache: ``cache_dir``)."""
+def start(
+    address: str, config: RunConfig, cache_dir: Path, agent_graph: Callable[..., tuple[Any, Any]]
+) -> Cluster:
+    """Join the cluster at ``address`` for ``config``'s run (its LLM cache: ``cache_dir``);
+    each worker builds its graph with ``agent_graph`` (agents.pipeline's)."""
     from agents.cluster.connect import connect
 
     ray = connect(address)
@@ -111,4 +120,5 @@ def start(address: str, config: RunConfig, cache_dir: Path) -> Cluster:
     workers = max(1, min(cpus, in_flight))
     run_folder = Path(config.runs_dir) / "_"  # no run folder is sent: the driver keeps it
     shipped = dataclasses.replace(inputs(config, run_folder), run_folder=None)
-    return Cluster(ray, start_owner(ray, cache_dir / "llm"), config, shipped, workers)
+    owner = start_owner(ray, cache_dir / "llm")
+    return Cluster(ray, owner, config, shipped, workers, agent_graph)
