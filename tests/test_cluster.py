@@ -168,22 +168,29 @@ def _cell_workers() -> list[int]:
     return [int(line.split()[0]) for line in out.splitlines() if "ray::run_on_worker" in line]
 
 
-@pytest.mark.slow
-def test_a_killed_worker_fails_its_cell_alone_and_the_rerun_finishes_it(cluster, tmp_path):
-    import signal
+def _sweep_running(tmp_path: Path, cluster: str, output: str) -> tuple[subprocess.Popen, Path]:
+    """A cluster sweep started in the background, once a cell runs on a worker."""
     import time
 
-    path = _sweep_file(tmp_path, "[ray]\nresources = {num_cpus = 1}\n", output="killed")
+    path = _sweep_file(tmp_path, "[ray]\nresources = {num_cpus = 1}\n", output=output)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "agents.sweep", str(path), "--ray", cluster],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 300
-    while not (workers := _cell_workers()):
+    while not _cell_workers():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
-    os.kill(workers[0], signal.SIGKILL)
+    return proc, path
+
+
+@pytest.mark.slow
+def test_a_killed_worker_fails_its_cell_alone_and_the_rerun_finishes_it(cluster, tmp_path):
+    import signal
+
+    proc, path = _sweep_running(tmp_path, cluster, "killed")
+    os.kill(_cell_workers()[0], signal.SIGKILL)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 1, err[-3000:]
     failed = [line for line in err.splitlines() if "failed on the cluster" in line]
@@ -245,16 +252,7 @@ def test_ctrl_c_on_the_driver_cancels_the_clusters_tasks(cluster, tmp_path):
     import signal
     import time
 
-    path = _sweep_file(tmp_path, "[ray]\nresources = {num_cpus = 1}\n", output="stopped")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agents.sweep", str(path), "--ray", cluster],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not _cell_workers():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
+    proc, _ = _sweep_running(tmp_path, cluster, "stopped")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]

@@ -38,6 +38,18 @@ class Inputs:
     files: Mapping[str, bytes]  # driver path -> contents
     run_folder: bytes | None  # the cell's run folder, when it exists (a resume)
 
+    def place(self, root: Path) -> dict[str, str]:
+        """Write the folders and files below ``root``; each driver path's place here."""
+        paths: dict[str, str] = {}
+        for n, (path, data) in enumerate(self.folders.items()):
+            paths[path] = str(unpack(data, root / "in" / str(n) / Path(path).name))
+        for n, (path, data) in enumerate(self.files.items()):
+            target = root / "files" / str(n) / Path(path).name
+            target.parent.mkdir(parents=True)
+            target.write_bytes(data)
+            paths[path] = str(target)
+        return paths
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -75,14 +87,7 @@ def run_on_worker(
 
     with tempfile.TemporaryDirectory(prefix="r2med-cell-") as tmp:
         root = Path(tmp)
-        paths: dict[str, str] = {}  # driver path -> worker path
-        for n, (path, data) in enumerate(shipped.folders.items()):
-            paths[path] = str(unpack(data, root / "in" / str(n) / Path(path).name))
-        for n, (path, data) in enumerate(shipped.files.items()):
-            target = root / "files" / str(n) / Path(path).name
-            target.parent.mkdir(parents=True)
-            target.write_bytes(data)
-            paths[path] = str(target)
+        paths = shipped.place(root)  # driver path -> worker path
         runs = root / "runs"
         paths[str(Path(driver_run_folder).parent)] = str(runs)
         paths[config.runs_dir] = str(runs)
@@ -91,7 +96,7 @@ def run_on_worker(
         if config.cache_dir:
             paths[config.cache_dir] = cache
         name = Path(driver_run_folder).name
-        local = _moved_config(config, paths, str(runs), name, cache)
+        local = moved_config(config, paths, str(runs), name, cache)
         folder = runs / name
         if shipped.run_folder is not None:
             unpack(shipped.run_folder, folder)
@@ -113,9 +118,11 @@ def run_on_worker(
         return Outcome(status, printed.getvalue(), errors.getvalue(), back, node)
 
 
-def _moved_config(
-    config: RunConfig, paths: Mapping[str, str], runs: str, name: str, cache: str
+def moved_config(
+    config: RunConfig, paths: Mapping[str, str], runs: str, name: str | None, cache: str
 ) -> RunConfig:
+    """``config`` with the driver's paths replaced by their places on this worker."""
+
     def at(value: str | None) -> str | None:
         return paths.get(value, value) if value else value
 

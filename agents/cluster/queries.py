@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.cluster.cache import RemoteCache, start_owner
-from agents.cluster.cells import Inputs, inputs
-from agents.cluster.folders import unpack
+from agents.cluster.cells import Inputs, inputs, moved_config
 from agents.config import RunConfig
 
 
@@ -38,25 +37,15 @@ class QueryWorker:
     ) -> None:
         from agents.llm.cache import use_opener
         from agents.plan import prepare
+        from eval.datasets import default_cache_dir
 
         self._inputs = tempfile.TemporaryDirectory(prefix="r2med-queries-")
         root = Path(self._inputs.name)
-        paths = {}
-        for n, (path, data) in enumerate(shipped.folders.items()):
-            paths[path] = str(unpack(data, root / "in" / str(n) / Path(path).name))
-        for n, (path, data) in enumerate(shipped.files.items()):
-            target = root / "files" / str(n) / Path(path).name
-            target.parent.mkdir(parents=True)
-            target.write_bytes(data)
-            paths[path] = str(target)
+        paths = shipped.place(root)
         use_opener(lambda directory: RemoteCache(owner))
-        local = dataclasses.replace(
-            config,
-            dataset=",".join(paths.get(p, p) for p in config.dataset.split(",")),
-            prompt_files={k: paths.get(v, v) for k, v in config.prompt_files.items()},
-            generations=paths.get(config.generations or "", config.generations),
-            runs_dir=str(root / "runs"),  # nothing is written there: the driver writes
-            cache_dir=None,  # the worker's own, for indexes and models
+        # nothing is written in runs: the driver writes; indexes and models: the worker's cache
+        local = moved_config(
+            config, paths, str(root / "runs"), config.run_name, str(default_cache_dir())
         )
         plan = prepare(local)
         self._graph, _ = agent_graph(plan, plan.tasks[task_index], progress=False)
