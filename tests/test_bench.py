@@ -91,6 +91,13 @@ EXPECTED: dict[str, list[str]] = {
         rf"^bf16/fp32 speed ratio: {NUM}",
         rf"^top-10 overlap over 4 queries: mean {NUM}, min {NUM}; same top-1 {NUM}",
     ],
+    "cluster_bench.py": [
+        rf"^  Ray start-up \(two nodes\): {NUM} s$",
+        rf"^  sweep local: {NUM} s$",
+        rf"^  sweep cluster: {NUM} s$",
+        r"^  rankings: every run.trec the same, local and on the cluster \(asserted\)$",
+        rf"^  ratio local / cluster: {NUM}x$",
+    ],
     "reasoning_embed_bench.py": [
         rf"^  ratio ours / FlagEmbedding: {NUM}x tokens/s$",
         r"^  vectors: max abs difference \S+ \(the same encoder, to float tolerance\)$",
@@ -114,6 +121,8 @@ EXPECTED: dict[str, list[str]] = {
         r"^  SIGTERM: every server exited 0 \(bm25, dense, dense-1\)",
     ],
 }
+# the cluster's script starts Ray and cold workers on top of two sweeps
+TIMEOUTS = {"cluster_bench.py": 480}
 GENERIC = rf"{NUM}x\b|ratio[^\n]*: {NUM}"  # for a script without an entry above
 
 
@@ -139,7 +148,7 @@ def test_bench_smoke(script: Path, tmp_path: Path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=TIMEOUTS.get(script.name, 180),
     )
     out = proc.stdout
     assert proc.returncode == 0, f"{script.name} --smoke exited {proc.returncode}:\n{proc.stderr}"
