@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> None:
             "processes skew the times)"
         )
         started = time.perf_counter()
-        address = start_cluster(ray, root, env)
+        temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        address = start_cluster(ray, temp, env)
         print(f"  Ray start-up (two nodes): {time.perf_counter() - started:.1f} s")
         try:
             times = {}
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  sweep {where}: {times[where]:.1f} s")
         finally:
             subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+            shutil.rmtree(temp, ignore_errors=True)
         local = sorted((root / "local" / "runs").rglob("run.trec"))
         cluster = [root / "cluster" / p.relative_to(root / "local") for p in local]
         assert len(local) == len(agents) and all(
@@ -113,14 +115,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  ratio local / cluster: {times['local'] / times['cluster']:.2f}x")
 
 
-def start_cluster(ray: str, root: Path, env: dict[str, str]) -> str:
+def start_cluster(ray: str, temp: Path, env: dict[str, str]) -> str:
+    """A two-node cluster on HOST; Ray's session files in ``temp``, which must be short: its
+    sockets' paths must fit a Unix socket address (107 bytes)."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         port = s.getsockname()[1]
     common = ["--node-ip-address", HOST, "--num-cpus", "1", "--disable-usage-stats"]
     subprocess.run(
         [ray, "start", "--head", "--port", str(port), "--include-dashboard=false",
-         "--temp-dir", str(root / "t"), *common],
+         "--temp-dir", str(temp), *common],
         env=env, check=True, capture_output=True,
     )  # fmt: skip
     subprocess.run(

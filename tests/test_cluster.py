@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def cluster(tmp_path_factory):
     their own (a worker shares no disk with the driver but by accident of this machine)."""
     pytest.importorskip("ray", reason="ray: pip install -e '.[ray]' (the test extra has it)")
     root = tmp_path_factory.mktemp("ray")
+    # Ray's session files: a short folder, for its sockets' paths must fit a Unix socket
+    # address (107 bytes), which a pytest folder may not leave room for
+    temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
     port = _free_port()
     # the workers import this checkout's code, as the driver does (cwd)
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
@@ -45,7 +49,7 @@ def cluster(tmp_path_factory):
            "R2MED_AGENTS_CACHE": str(root / "worker-cache"), "HF_HUB_OFFLINE": "1"}  # fmt: skip
     common = ["--node-ip-address", HOST, "--num-cpus", "1", "--disable-usage-stats"]
     head = [str(RAY), "start", "--head", "--port", str(port), "--include-dashboard=false",
-            "--temp-dir", str(root / "t"), *common]  # fmt: skip
+            "--temp-dir", temp, *common]  # fmt: skip
     subprocess.run(head, env=env, check=True, capture_output=True, timeout=180)
     try:
         worker = [str(RAY), "start", "--address", f"{HOST}:{port}", *common]
@@ -53,6 +57,7 @@ def cluster(tmp_path_factory):
         yield f"{HOST}:{port}"
     finally:
         subprocess.run([str(RAY), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 # --- refused in one line, before any work ----------------------------------------------------
