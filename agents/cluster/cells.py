@@ -25,6 +25,7 @@ from typing import Any
 from agents.cluster.cache import RemoteCache, start_owner
 from agents.cluster.folders import pack, relocate, unpack
 from agents.config import RunConfig
+from eval.runs import RunFolder
 
 # Ray's resource keys a sweep file may give, per cell or for every cell
 RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory")
@@ -69,7 +70,7 @@ def inputs(config: RunConfig, run_folder: Path) -> Inputs:
     for value in (*config.prompt_files.values(), config.run_file, config.generations):
         if value and Path(value).is_file():
             files[value] = Path(value).read_bytes()
-    existing = pack(run_folder) if (run_folder / "config.json").is_file() else None
+    existing = pack(run_folder) if RunFolder(run_folder).config_path.is_file() else None
     return Inputs(folders, files, existing)
 
 
@@ -109,7 +110,7 @@ def run_on_worker(
         finally:
             use_opener(None)
         back = None
-        if (folder / "config.json").is_file():
+        if RunFolder(folder).config_path.is_file():
             relocate(folder, {worker: driver for driver, worker in paths.items()})
             back = pack(folder)
         import ray
