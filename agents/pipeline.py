@@ -336,9 +336,7 @@ async def run_task(
         records = adopt_run_file(tp.run_file, queries, out)
     elif plan.cluster is not None:  # the graph on the cluster's workers; BM25 for its baseline
         graph = plan.cluster.graph(plan.tasks.index(tp), len(queries))
-        bm25 = build_retriever(
-            dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
-        )
+        bm25 = first_stage_bm25(plan, tp, progress)
         try:
             records = await run_queries(
                 graph,
@@ -438,9 +436,7 @@ def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, R
     the graph over the task's queries, `agents.query` over one query: the same graph.
     """
     config, task = plan.config, tp.task
-    bm25 = build_retriever(
-        dataclasses.replace(config.retriever, spec="bm25"), task, plan.cache_dir, progress
-    )
+    bm25 = first_stage_bm25(plan, tp, progress)
     retriever = (
         bm25
         if config.retriever.spec == "bm25"
@@ -454,6 +450,13 @@ def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, R
 
         bind(retriever, indexes.get(tp.folder, {}), task.corpus)
     return plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)), bm25
+
+
+def first_stage_bm25(plan: Plan, tp: TaskPlan, progress: bool = True) -> Retriever:
+    """BM25 over the task's corpus with the run's BM25 settings: the agents' first stage and
+    every task's baseline."""
+    retriever = dataclasses.replace(plan.config.retriever, spec="bm25")
+    return build_retriever(retriever, tp.task, plan.cache_dir, progress)
 
 
 def stage_graph(

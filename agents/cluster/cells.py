@@ -61,8 +61,9 @@ class Outcome:
     node: str  # the Ray node that ran it (its id's first 8 hex digits)
 
 
-def inputs(config: RunConfig, run_folder: Path) -> Inputs:
-    """The driver-side inputs of a cell whose run folder is ``run_folder``."""
+def inputs(config: RunConfig, run_folder: Path | None) -> Inputs:
+    """The driver-side inputs of a cell whose run folder is ``run_folder`` (None: a run's
+    query workers, whose run folder stays with the driver)."""
     folders, files = {}, {}
     for part in config.dataset.split(","):
         if Path(part).is_dir():
@@ -70,7 +71,8 @@ def inputs(config: RunConfig, run_folder: Path) -> Inputs:
     for value in (*config.prompt_files.values(), config.run_file, config.generations):
         if value and Path(value).is_file():
             files[value] = Path(value).read_bytes()
-    existing = pack(run_folder) if RunFolder(run_folder).config_path.is_file() else None
+    resumed = run_folder is not None and RunFolder(run_folder).config_path.is_file()
+    existing = pack(run_folder) if resumed else None
     return Inputs(folders, files, existing)
 
 

@@ -107,7 +107,6 @@ def start(
     cpus = int(ray.cluster_resources().get("CPU", 1))
     in_flight = config.llm.concurrency if config.llm is not None else 4
     workers = max(1, min(cpus, in_flight))
-    run_folder = Path(config.runs_dir) / "_"  # no run folder is sent: the driver keeps it
-    shipped = dataclasses.replace(inputs(config, run_folder), run_folder=None)
+    shipped = inputs(config, None)
     owner = start_owner(ray, cache_dir / "llm")
     return Cluster(ray, owner, config, shipped, workers, agent_graph)
