@@ -335,8 +335,10 @@ async def run_task(
     elif tp.run_file is not None:
         records = adopt_run_file(tp.run_file, queries, out)
     elif plan.cluster is not None:  # the graph on the cluster's workers; BM25 for its baseline
-        graph = plan.cluster.graph(plan.tasks.index(tp), len(queries))
         bm25 = first_stage_bm25(plan, tp, progress)
+        # built here first: a dense corpus encoded once, by the cluster, the workers sent it
+        retriever = task_retriever(plan, tp, bm25, progress, ray=plan.cluster.address)
+        graph = plan.cluster.graph(plan.tasks.index(tp), len(queries), retriever, plan.cache_dir)
         try:
             records = await run_queries(
                 graph,
@@ -435,21 +437,29 @@ def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, R
     retrieval server's answers are checked against what the run is bound to. `run_task` runs
     the graph over the task's queries, `agents.query` over one query: the same graph.
     """
-    config, task = plan.config, tp.task
     bm25 = first_stage_bm25(plan, tp, progress)
-    retriever = (
-        bm25
-        if config.retriever.spec == "bm25"
-        else build_retriever(
-            config.retriever, task, plan.cache_dir, progress, embedding_transport(config)
-        )
+    retriever = task_retriever(plan, tp, bm25, progress)
+    return plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)), bm25
+
+
+def task_retriever(
+    plan: Plan, tp: TaskPlan, bm25: Retriever, progress: bool = True, ray: str | None = None
+) -> Retriever:
+    """The run's retriever over the task's corpus (``bm25`` itself when that is the run's),
+    built or read from its cache; a retrieval server's answers checked against what the run
+    is bound to. ``ray``: the cluster that encodes a dense corpus."""
+    config, task = plan.config, tp.task
+    if config.retriever.spec == "bm25":
+        return bm25
+    retriever = build_retriever(
+        config.retriever, task, plan.cache_dir, progress, embedding_transport(config), ray
     )
     indexes = config.recorded.retriever_index
     if indexes:  # each server's answers checked against what the run is bound to
         from retrievers.remote import bind
 
         bind(retriever, indexes.get(tp.folder, {}), task.corpus)
-    return plan.spec.build_graph(plan.agent_context(tp, retriever, bm25)), bm25
+    return retriever
 
 
 def first_stage_bm25(plan: Plan, tp: TaskPlan, progress: bool = True) -> Retriever:

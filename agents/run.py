@@ -16,6 +16,7 @@ from agents.config import DEFAULT_MODEL
 from agents.registry import AGENTS, STAGES
 from agents.settings import add_arguments, from_settings, settings_from_args
 from eval.datasets import R2MED_TASKS
+from retrievers.cluster.connect import add_ray_flag
 from retrievers.config import RETRIEVERS  # not .search: --help loads no index code
 
 
@@ -66,12 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--dry-run", action="store_true", help="estimate LLM calls, tokens and cost; call no model"
     )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="answer the queries on the Ray cluster at ADDRESS (HOST:PORT of its head, or auto: "
-        "RAY_ADDRESS); the run folder stays here (docs/cluster.md)",
-    )
+    add_ray_flag(p, "answer the queries and encode a dense corpus (the run folder stays here)")
     return p.parse_args(argv)
 
 

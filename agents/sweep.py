@@ -57,6 +57,7 @@ from eval.metrics import HEADLINE
 from eval.runs import RunFolder
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from prompts import prompt_family
+from retrievers.cluster.connect import add_ray_flag, shown
 
 _AGENT_ONLY = {"option", "final_ranking", "max_searches", "max_turns", "top_k"}
 AXES = ("agent", "dataset", "retriever", "model", "prompt", "rerank")  # set per cell by the grid
@@ -690,11 +691,11 @@ def _cell(config: RunConfig, overwrite: bool, quiet: bool) -> int:
 def _run_on_cluster(sweep: Sweep, grid: list[Cell], runs_dir: Path) -> dict[str, int]:
     """Every cell a Ray task (agents.cluster.cells); progress a line per finished cell."""
     from agents.cluster.cells import print_outcome, run_cells
-    from agents.cluster.connect import connect
+    from retrievers.cluster.connect import connect
 
     assert sweep.ray is not None
     ray = connect(sweep.ray)
-    print(f"on the Ray cluster at {sweep.ray}: {len(grid)} cells", flush=True)
+    print(f"on the Ray cluster at {shown(sweep.ray)}: {len(grid)} cells", flush=True)
     finished = 0
 
     def report(name: str, outcome: Any, failure: str | None) -> None:
@@ -733,12 +734,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="estimate each cell's LLM calls, tokens and cost; call no model, write nothing",
     )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="run the cells on the Ray cluster at ADDRESS (HOST:PORT of its head, or auto: "
-        "RAY_ADDRESS), over the file's [ray] address",
-    )
+    add_ray_flag(p, "run the cells, over the file's [ray] address,")
     args = p.parse_args(argv)
     setup_logging()
 

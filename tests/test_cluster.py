@@ -1,7 +1,7 @@
 """Sweeps on a Ray cluster: two nodes on loopback, started and stopped here.
 
 Ray turns 127.0.0.1 into the machine's routable address; the cluster runs on 127.0.0.2, which
-it keeps when every node and the driver name it (agents.cluster.connect), so no test traffic
+it keeps when every node and the driver name it (retrievers.cluster.connect), so no test traffic
 leaves the loopback.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.cluster.connect import ClusterError, connect, resolve_address
+from retrievers.cluster.connect import ClusterError, connect, resolve_address
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.2"

@@ -2,11 +2,13 @@
 
 The driver runs the run as it always does, and writes every record, in its folder, as queries
 finish; only the agent's graph is elsewhere: `ClusterGraph` stands where the local graph
-stands, and sends each query to the least busy of a pool of `QueryWorker` actors. Each worker
-builds the task's retriever and the agent's graph once (its own index cache), with the
-driver's inputs sent as bytes (agents.cluster.cells.Inputs) and the driver's LLM cache
-(agents.cluster.cache), and answers queries with it. A query's failure comes back as the
-exception the graph raised, so its record is the local run's.
+stands, and sends each query to the least busy of a pool of `QueryWorker` actors. The driver
+builds the task's retriever first, a dense corpus encoded by the cluster's workers
+(retrievers.cluster.encode) into the driver's cache; each worker receives the cached corpus
+vectors, builds the task's retriever and the agent's graph once (its own cache folder, where
+the vectors are placed), with the driver's inputs sent as bytes (agents.cluster.cells.Inputs)
+and the driver's LLM cache (agents.cluster.cache), and answers queries with it. A query's
+failure comes back as the exception the graph raised, so its record is the local run's.
 
 Rerank stages run on the driver, as locally.
 """
@@ -14,13 +16,15 @@ Rerank stages run on the driver, as locally.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from agents.cluster.cache import RemoteCache, start_owner
 from agents.cluster.cells import Inputs, inputs, moved_config
+from agents.cluster.folders import pack, unpack
 from agents.config import RunConfig
 
 
@@ -34,6 +38,7 @@ class QueryWorker:
         task_index: int,
         owner: Any,
         agent_graph: Callable[..., tuple[Any, Any]],
+        indexes: Mapping[str, bytes],
     ) -> None:
         from agents.llm.cache import use_opener
         from agents.plan import prepare
@@ -43,10 +48,11 @@ class QueryWorker:
         root = Path(self._inputs.name)
         paths = shipped.place(root)
         use_opener(lambda directory: RemoteCache(owner))
+        cache = default_cache_dir()
+        for relative, data in indexes.items():
+            _place(data, cache / relative)
         # nothing is written in runs: the driver writes; indexes and models: the worker's cache
-        local = moved_config(
-            config, paths, str(root / "runs"), config.run_name, str(default_cache_dir())
-        )
+        local = moved_config(config, paths, str(root / "runs"), config.run_name, str(cache))
         plan = prepare(local)
         self._graph, _ = agent_graph(plan, plan.tasks[task_index], progress=False)
 
@@ -65,11 +71,41 @@ class Cluster:
     workers: int  # actors per task
     agent_graph: Callable[..., tuple[Any, Any]]  # agents.pipeline's: (plan, task plan) -> graph
 
-    def graph(self, task_index: int, queries: int) -> ClusterGraph:
+    address: str
+
+    def graph(self, task_index: int, queries: int, retriever: Any, cache_dir: Path) -> ClusterGraph:
+        """Workers for task ``task_index``, sent the corpus vectors of ``retriever`` (the
+        task's, built here) cached below ``cache_dir``."""
         actor = self.ray.remote(QueryWorker).options(num_cpus=1, max_restarts=0)
         count = max(1, min(self.workers, queries))
-        made = (self.config, self.shipped, task_index, self.owner, self.agent_graph)
+        indexes = self.ray.put({str(f.relative_to(cache_dir)): pack(f)
+                                for f in index_folders(retriever)})  # fmt: skip
+        made = (self.config, self.shipped, task_index, self.owner, self.agent_graph, indexes)
         return ClusterGraph(self.ray, [actor.remote(*made) for _ in range(count)])
+
+
+def index_folders(retriever: Any) -> list[Path]:
+    """The cache folders of ``retriever``'s corpus vectors (a hybrid's members' too)."""
+    found = []
+    for member in getattr(retriever, "members", [retriever]):
+        path = getattr(getattr(member, "index", None), "cache_path", None)
+        if path is not None and Path(path).is_dir():
+            found.append(Path(path))
+    return found
+
+
+def _place(data: bytes, folder: Path) -> None:
+    """Unpack a cached index into ``folder`` unless it is there; whole or not at all, for the
+    workers of a node may share its cache folder."""
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".placing-") as tmp:
+        unpack(data, Path(tmp) / "index")
+        try:
+            os.rename(Path(tmp) / "index", folder)
+        except OSError:  # another worker of this node placed it first
+            pass
 
 
 class ClusterGraph:
@@ -101,7 +137,7 @@ def start(
 ) -> Cluster:
     """Join the cluster at ``address`` for ``config``'s run (its LLM cache: ``cache_dir``);
     each worker builds its graph with ``agent_graph`` (agents.pipeline's)."""
-    from agents.cluster.connect import connect
+    from retrievers.cluster.connect import connect
 
     ray = connect(address)
     cpus = int(ray.cluster_resources().get("CPU", 1))
@@ -109,4 +145,4 @@ def start(
     workers = max(1, min(cpus, in_flight))
     shipped = inputs(config, None)
     owner = start_owner(ray, cache_dir / "llm")
-    return Cluster(ray, owner, config, shipped, workers, agent_graph)
+    return Cluster(ray, owner, config, shipped, workers, agent_graph, address)

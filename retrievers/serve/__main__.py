@@ -25,6 +25,7 @@ import socket
 import sys
 from typing import Any
 
+from retrievers.cluster.connect import add_ray_flag
 from retrievers.serve.limits import (
     HEADER_TIMEOUT_S,
     KEEP_ALIVE_S,
@@ -141,6 +142,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="--mcp: over stdio (default) or streamable HTTP at --host/--port",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_ray_flag(p, "encode a dense retriever's corpora")
     return p.parse_args(argv)
 
 
@@ -190,7 +192,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     tasks = load_tasks(args.dataset or TASK_DEFAULTS["dataset"], cache_dir)
     timeout = args.timeout or TASK_DEFAULTS["timeout"]
     return build_indexes(retriever, tasks, cache_dir, not args.quiet,
-                         embedding_transport(retriever, timeout))  # fmt: skip
+                         embedding_transport(retriever, timeout), ray=args.ray)  # fmt: skip
 
 
 def token_of(args: argparse.Namespace) -> str | None:

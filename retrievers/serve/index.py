@@ -58,12 +58,14 @@ def build_indexes(
     cache_dir: Path | None,
     progress: bool = True,
     transport: Mapping[str, Any] | None = None,
+    ray: str | None = None,
 ) -> dict[str, ServedIndex]:
-    """One index per task, by task name; a name given twice is refused (one line)."""
+    """One index per task, by task name; a name given twice is refused (one line). ``ray``:
+    the Ray cluster whose workers encode a dense retriever's corpora."""
     out: dict[str, ServedIndex] = {}
     for task in tasks:
         if task.name in out:
             raise ValueError(f"--dataset names two tasks called {task.name}; serve them apart")
-        retriever = build_retriever(config, task, cache_dir, progress, transport)
+        retriever = build_retriever(config, task, cache_dir, progress, transport, ray)
         out[task.name] = ServedIndex(task, retriever, fingerprint(task, config))
     return out
