@@ -28,11 +28,13 @@ from agents.llm.errors import LLMRunError
 from agents.secrets import NO_KEY_PLACEHOLDER
 from eval.progress import live, progress_bar
 from eval.records import QueryRecord, read_records, record_line
+from retrievers.cluster.connect import ClusterError
 from retrievers.remote import RemoteRunError
 
 # faults of the run, not of one query (a rejected key, a retrieval server that now holds
-# another index): the run stops and the query that met one gets no record, so a rerun asks again
-RUN_ERRORS = (LLMRunError, RemoteRunError)
+# another index, a cluster whose workers are gone): the run stops and the query that met one
+# gets no record, so a rerun asks again
+RUN_ERRORS = (LLMRunError, RemoteRunError, ClusterError)
 
 
 def redact(text: str) -> str:

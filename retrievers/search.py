@@ -122,6 +122,11 @@ def build_bm25_member(part, config, task, cache_dir, progress, device) -> Retrie
 
 def build_dense_member(part, config, task, cache_dir, progress, device, ray=None) -> Retriever:
     dense = config.dense
+    encode_on = None
+    if ray is not None:
+        from .cluster.encode import on_cluster
+
+        encode_on = on_cluster(ray)
     index = build_dense(
         task.corpus,
         model=part.arg or DEFAULT_DENSE_MODEL,
@@ -136,7 +141,7 @@ def build_dense_member(part, config, task, cache_dir, progress, device, ray=None
         family=dense.family,
         trust_remote_code=dense.trust_remote_code,
         ignore_identical_ids=dense.ignore_identical_ids,
-        ray=ray,
+        encode_on=encode_on,
     )
     return DenseRetriever(index, name=part.text, r2med_rules=dense.r2med_rules is True)
 

@@ -96,7 +96,11 @@ EXPECTED: dict[str, list[str]] = {
         rf"^  sweep local: {NUM} s$",
         rf"^  sweep cluster: {NUM} s$",
         r"^  rankings: every run.trec the same, local and on the cluster \(asserted\)$",
-        rf"^  ratio local / cluster: {NUM}x$",
+        rf"^  sweep ratio local / cluster: {NUM}x$",
+        rf"^  encode local: {NUM} s \(300 docs\)$",
+        rf"^  encode cluster: {NUM} s \(300 docs\)$",
+        r"^  corpus matrix: the same bytes, local and on the cluster \(asserted\)$",
+        rf"^  encode ratio local / cluster: {NUM}x$",
     ],
     "reasoning_embed_bench.py": [
         rf"^  ratio ours / FlagEmbedding: {NUM}x tokens/s$",
@@ -121,8 +125,8 @@ EXPECTED: dict[str, list[str]] = {
         r"^  SIGTERM: every server exited 0 \(bm25, dense, dense-1\)",
     ],
 }
-# the cluster's script starts Ray and cold workers on top of two sweeps
-TIMEOUTS = {"cluster_bench.py": 480}
+# the cluster's script starts Ray and cold workers on top of two sweeps and two encodes
+TIMEOUTS = {"cluster_bench.py": 600}
 GENERIC = rf"{NUM}x\b|ratio[^\n]*: {NUM}"  # for a script without an entry above
 
 

@@ -8,7 +8,9 @@ builds the task's retriever first, a dense corpus encoded by the cluster's worke
 vectors, builds the task's retriever and the agent's graph once (its own cache folder, where
 the vectors are placed), with the driver's inputs sent as bytes (agents.cluster.cells.Inputs)
 and the driver's LLM cache (agents.cluster.cache), and answers queries with it. A query's
-failure comes back as the exception the graph raised, so its record is the local run's.
+failure comes back as the exception the graph raised, so its record is the local run's; a
+worker that is gone (its node, or the whole cluster) stops the run in one line naming
+``--ray``, every finished query kept for the next run to resume from.
 
 Rerank stages run on the driver, as locally.
 """
@@ -26,6 +28,7 @@ from agents.cluster.cache import RemoteCache, start_owner
 from agents.cluster.cells import Inputs, inputs, moved_config
 from agents.cluster.folders import pack, unpack
 from agents.config import RunConfig
+from retrievers.cluster.connect import ClusterError, one_line, shown
 
 
 class QueryWorker:
@@ -81,7 +84,7 @@ class Cluster:
         indexes = self.ray.put({str(f.relative_to(cache_dir)): pack(f)
                                 for f in index_folders(retriever)})  # fmt: skip
         made = (self.config, self.shipped, task_index, self.owner, self.agent_graph, indexes)
-        return ClusterGraph(self.ray, [actor.remote(*made) for _ in range(count)])
+        return ClusterGraph(self.ray, [actor.remote(*made) for _ in range(count)], self.address)
 
 
 def index_folders(retriever: Any) -> list[Path]:
@@ -111,10 +114,11 @@ def _place(data: bytes, folder: Path) -> None:
 class ClusterGraph:
     """A graph whose ``ainvoke`` runs on the least busy of ``actors``."""
 
-    def __init__(self, ray: Any, actors: list[Any]) -> None:
+    def __init__(self, ray: Any, actors: list[Any], address: str) -> None:
         self._ray = ray
         self._actors = actors
         self._busy = [0] * len(actors)
+        self._address = address
 
     async def ainvoke(self, state: dict) -> dict:
         i = min(range(len(self._actors)), key=self._busy.__getitem__)
@@ -124,6 +128,11 @@ class ClusterGraph:
         except self._ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             raise (cause if isinstance(cause, BaseException) else e) from None
+        except self._ray.exceptions.RayActorError as e:  # a fault of the run: runner.RUN_ERRORS
+            raise ClusterError(
+                f"--ray {shown(self._address)}: a query worker is gone ({one_line(e)}); every "
+                "finished query is kept: run the same command again to resume"
+            ) from None
         finally:
             self._busy[i] -= 1
 

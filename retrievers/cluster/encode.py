@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dense import ChunkEncoder, EncoderSettings, LoadedEncoder, load_encoder
+from ..dense import ChunkEncoder, ChunkEncoderFor, EncoderSettings, LoadedEncoder, load_encoder
 from .connect import ClusterError, connect, one_line, shown
 
 IN_FLIGHT = 2  # chunks queued per worker: the next is there when one finishes
@@ -36,6 +36,13 @@ class EncodeWorker:
 
     def encode(self, texts: list[str], instruction: str) -> np.ndarray:
         return np.asarray(self._loaded.encode(texts, instruction, "doc"), dtype=np.float32)
+
+
+def on_cluster(address: str) -> ChunkEncoderFor:
+    """`retrievers.dense.build_dense`'s ``encode_on`` for the cluster at ``address``, joined
+    now: a cluster that cannot be used is one line, before any model is loaded."""
+    connect(address)
+    return lambda settings, loaded: cluster_chunks(address, settings, loaded)
 
 
 def cluster_chunks(address: str, settings: EncoderSettings, loaded: LoadedEncoder) -> ChunkEncoder:

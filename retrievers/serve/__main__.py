@@ -187,6 +187,11 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     retriever = retriever_from_settings(given)
     if any(part.kind == "remote" for part in retriever.parts):
         raise ValueError(f"--retriever {retriever.spec}: a server serves a local index")
+    if args.ray is not None and not any(part.kind == "dense" for part in retriever.parts):
+        raise ValueError(
+            f"--ray: a cluster encodes a dense retriever's corpus; --retriever {retriever.spec} "
+            "has none"
+        )
     check_models(retriever)  # a model not there or not whole: one line, at once
     cache_dir = writable_folder(args.cache_dir or default_cache_dir(), "--cache-dir")
     tasks = load_tasks(args.dataset or TASK_DEFAULTS["dataset"], cache_dir)
