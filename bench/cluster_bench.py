@@ -1,21 +1,29 @@
-"""A sweep's and a corpus encode's wall times on one process against a two-node Ray cluster.
+"""A sweep's and a corpus encode's wall times: one node's CPU against a two-node Ray cluster.
 
     python bench/cluster_bench.py [--limit 5] [--max-tokens 64] [--model local/...]
-                                  [--docs 2048] [--smoke]
+                                  [--agents A,B,...] [--docs 2048] [--smoke]
 
 Starts a Ray cluster of two one-CPU nodes on 127.0.0.2 (`ray start`, as tests/test_cluster.py
 does; its start-up time printed apart), then
-1. runs the same sweep of 4 LLM-bound cells (hyde, query2doc, lamer, search-r1 over BM25 on the
-   bundled demo, the embedded model) twice, each on a fresh LLM cache: in one process
-   (`agents.sweep`, cells one after another) and on the cluster (`agents.sweep --ray`, cells as
-   Ray tasks). Every run.trec of the two must be the same, byte for byte (asserted);
-2. encodes a corpus of ``--docs`` documents (the demo's texts, numbered apart) with the default
-   embedder in fp32 twice, each into a fresh cache: in one process (`retrievers.dense`, both
-   cores) and on the cluster (``encode_on``: one worker per node, one core each; its workers' start
-   and model load included). The two matrices must be the same, byte for byte (asserted).
-fp32, not the default bf16: a CPU without native bf16 (no avx512_bf16) runs bf16 several
-times slower, which would measure the CPU, not the cluster. Both wall times and their ratio
-are printed for each. Only this cluster's processes are stopped at the end.
+1. runs the same sweep of 4 LLM-bound cells (hyde, query2doc, lamer, search-r1 over BM25 on
+   the bundled demo, the embedded model; ``--agents`` for others) twice, each on a fresh LLM
+   cache: in one process (`agents.sweep`, cells one after another) and on the cluster
+   (`agents.sweep --ray`, cells as Ray tasks). Every run.trec of the two must be the same,
+   byte for byte (asserted);
+2. encodes a corpus of ``--docs`` documents (the demo's texts, numbered apart) with the
+   default embedder in fp32 twice, each into a fresh cache: in one process
+   (`retrievers.dense`) and on the cluster (``encode_on``: one worker per node; its workers'
+   start and model load included). The two matrices must be the same, byte for byte
+   (asserted). fp32, not the default bf16: a CPU without native bf16 (no avx512_bf16) runs
+   bf16 several times slower, which would measure the CPU, not the cluster.
+Both wall times and their ratio are printed for each. Only this cluster's processes are
+stopped at the end.
+
+One node's CPU against two nodes': where the machine has two cores or more and `taskset`,
+each node is pinned to a core of its own and the local process to the first node's core, as
+a cluster of two one-CPU machines would run (the embedded model's pool sizes itself by the
+cores it may use). Unpinned, both would share this machine's cores and the ratio would
+measure Ray's overhead only.
 
 ``--smoke`` runs every step with 2 cells, 1 query per cell, 4 generated tokens, the smallest
 model and 300 documents (two chunks), in about three minutes; its figures measure nothing.
@@ -38,7 +46,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.2"  # Ray keeps a loopback address other than 127.0.0.1 (docs/cluster.md)
-AGENTS = ["hyde", "query2doc", "lamer", "search-r1"]  # LLM-bound cells
+# LLM-bound cells, of unequal lengths as a real grid's are (lamer ~3x query2doc here);
+# --agents hyde,query2doc,lamer,reason,search-o1,search-r1,tool-search runs every LLM agent
+AGENTS = ["hyde", "query2doc", "lamer", "search-r1"]
 
 SWEEP = """\
 output = "{output}"
@@ -65,10 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="local/qwen2.5-coder-0.5b")
     parser.add_argument("--docs", type=int, default=2048, help="documents encoded (default 2048)")
     parser.add_argument(
+        "--agents", default=",".join(AGENTS), help=f"the cells' agents (default {','.join(AGENTS)})"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes, about a minute: checks the script runs"
     )
     args = parser.parse_args(argv)
-    agents = AGENTS[:2] if args.smoke else AGENTS
+    agents = args.agents.split(",")[:2] if args.smoke else args.agents.split(",")
     if args.smoke:
         args.limit, args.max_tokens, args.model, args.docs = 1, 4, "local/smollm2-135m", 300
         print("smoke run: tiny sizes, every step, figures meaningless")
@@ -89,10 +102,19 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         try:
-            address = start_cluster(ray, temp, env)
+            cores = pinned_cores()
+            address = start_cluster(ray, temp, env, cores=cores)
+            pin = ["taskset", "-c", str(cores[0])] if cores else []
+            print(
+                f"  cores: node 1 on core {cores[0]}, node 2 on core {cores[1]}, the local "
+                f"process on core {cores[0]}"
+                if cores
+                else "  cores: not pinned (shared by both nodes and the local process)"
+            )
             print(f"  Ray start-up (two nodes): {time.perf_counter() - started:.1f} s")
             times = {}
             for where, flags in (("local", []), ("cluster", ["--ray", address])):
+                first = pin if where == "local" else []
                 sweep = root / f"{where}.toml"
                 sweep.write_text(
                     SWEEP.format(
@@ -106,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 started = time.perf_counter()
                 proc = subprocess.run(
-                    [sys.executable, "-m", "agents.sweep", str(sweep), *flags],
+                    [*first, sys.executable, "-m", "agents.sweep", str(sweep), *flags],
                     cwd=REPO, env=env, capture_output=True, text=True,
                 )  # fmt: skip
                 times[where] = time.perf_counter() - started
@@ -122,9 +144,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  sweep ratio local / cluster: {times['local'] / times['cluster']:.2f}x")
             encoded = {}
             for where, on in (("local", None), ("cluster", address)):
+                first = pin if where == "local" else []
                 out = subprocess.run(
-                    [sys.executable, "-c", ENCODE, str(args.docs), str(root / f"dense-{where}"),
-                     json.dumps(on)],
+                    [*first, sys.executable, "-c", ENCODE, str(args.docs),
+                     str(root / f"dense-{where}"), json.dumps(on)],
                     cwd=REPO, env=env, capture_output=True, text=True,
                 )  # fmt: skip
                 if out.returncode != 0:
@@ -165,22 +188,35 @@ print(json.dumps({"seconds": seconds, "sha256": digest}))
 """
 
 
-def start_cluster(ray: str, temp: Path, env: dict[str, str], nodes: int = 2) -> str:
-    """HOST:PORT of a cluster of ``nodes`` one-CPU nodes on HOST; Ray's session files in
-    ``temp``, which must be short: its sockets' paths must fit a Unix socket address (107
-    bytes). tests/test_cluster.py starts its clusters with this too."""
+def pinned_cores() -> list[int] | None:
+    """Two cores of this process's, one per node, or None where there are fewer or no taskset."""
+    cores = sorted(os.sched_getaffinity(0))
+    return cores[:2] if len(cores) >= 2 and shutil.which("taskset") else None
+
+
+def start_cluster(
+    ray: str, temp: Path, env: dict[str, str], nodes: int = 2, cores: list[int] | None = None
+) -> str:
+    """HOST:PORT of a cluster of ``nodes`` one-CPU nodes on HOST, node i pinned to
+    ``cores[i]`` when given; Ray's session files in ``temp``, which must be short: its sockets'
+    paths must fit a Unix socket address (107 bytes). tests/test_cluster.py starts its clusters
+    with this too."""
+
+    def on(node: int) -> list[str]:
+        return ["taskset", "-c", str(cores[node])] if cores else []
+
     with socket.socket() as s:
         s.bind((HOST, 0))
         port = s.getsockname()[1]
     common = ["--node-ip-address", HOST, "--num-cpus", "1", "--disable-usage-stats"]
     subprocess.run(
-        [ray, "start", "--head", "--port", str(port), "--include-dashboard=false",
+        [*on(0), ray, "start", "--head", "--port", str(port), "--include-dashboard=false",
          "--temp-dir", str(temp), *common],
         env=env, check=True, capture_output=True, timeout=180,
     )  # fmt: skip
-    for _ in range(nodes - 1):
+    for node in range(1, nodes):
         subprocess.run(
-            [ray, "start", "--address", f"{HOST}:{port}", *common],
+            [*on(node), ray, "start", "--address", f"{HOST}:{port}", *common],
             env=env, check=True, capture_output=True, timeout=180,
         )  # fmt: skip
     return f"{HOST}:{port}"

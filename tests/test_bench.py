@@ -92,6 +92,7 @@ EXPECTED: dict[str, list[str]] = {
         rf"^top-10 overlap over 4 queries: mean {NUM}, min {NUM}; same top-1 {NUM}",
     ],
     "cluster_bench.py": [
+        r"^  cores: (node 1 on core \d+, node 2 on core \d+, .+|not pinned .+)$",
         rf"^  Ray start-up \(two nodes\): {NUM} s$",
         rf"^  sweep local: {NUM} s$",
         rf"^  sweep cluster: {NUM} s$",
