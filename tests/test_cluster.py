@@ -287,8 +287,7 @@ import numpy as np
 from eval.datasets import load_folder
 from retrievers.cluster.connect import connect
 from retrievers.cluster.encode import _start, cluster_chunks
-from retrievers.dense import (EncoderSettings, build_index, encode_here, load_encoder,
-                              resolve_instructions)
+from retrievers.dense import EncoderSettings, build_index, load_encoder, resolve_instructions
 
 address, out = sys.argv[1], Path(sys.argv[2])
 corpus = load_folder("eval/demo").corpus

@@ -5,8 +5,9 @@ head node's address (what ``ray start --head`` prints); ``ray://HOST:PORT`` goes
 Client, as ``ray.init`` takes it. Ray is an optional extra (``pip install -e '.[ray]'``) and is
 imported here only, when a command is given ``--ray``. What can go wrong is said naming the
 flag: Ray missing, nothing listening at the address (a TCP probe first: Ray itself would keep
-retrying for a minute), a cluster of another Ray or Python version (Ray's own check, its first
-line kept). An address is shown with any credentials in it masked (`eval.credentials`).
+retrying for a minute), a cluster of another Ray or Python version (Ray's own check, its
+message joined onto one line). An address is shown with any credentials in it masked
+(`eval.credentials`).
 
 Ray replaces a driver's ``127.0.0.1`` by the machine's routable address; a cluster on another
 loopback address (127.0.0.2, as the tests start one) keeps its own when the driver names it
