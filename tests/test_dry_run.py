@@ -207,7 +207,7 @@ def test_a_stage_bound_takes_the_list_lengths_the_agent_recorded(tmp_path, toy_d
         (["max_turns=15", "max_searches=10", "max_refusals=2"], 15 + 10),
         (["max_turns=15", "max_searches=10", "max_refusals=1"], 11 + 10),  # one refusal ends it
         (["max_turns=15", "max_searches=0", "max_refusals=2"], 2),
-        (["max_turns=4", "max_searches=10"], 4 + 3),  # no search after the last turn
+        (["max_turns=4", "max_searches=10"], 4 + 4),  # the last turn searches (L683-685)
     ],
 )
 def test_search_o1s_worst_case_runs_its_own_limits(tmp_path, toy_dir, options, calls):

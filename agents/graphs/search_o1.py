@@ -24,6 +24,19 @@ L20-29 reads it (``information`` option ``original``): the text after the last
 "\n**Final Information**" with its newlines deleted, else after "\n**Modified Reasoning
 Steps**", else "No helpful information found.".
 
+The last turn is a turn like the others (L496-685): its search is made (or refused with the
+canned message) and read by Reason-in-Documents, and what that found joins the output, before
+the loop checks ``turn >= MAX_TURN`` and stops (L683-685); the output that is evaluated is
+that whole text (L701). So here: a trajectory that reaches ``max_turns`` still asking to
+search ends after that search (the "limit" step says so), its result in the output the final
+ranking reads and its list among those ``fuse`` fuses.
+
+Tags are read from the reply as the model wrote it (`agents.graphs.search_loop.model_text`):
+litellm moves a leading ``<think>...</think>`` into ``reasoning_content`` for ``openai/`` and
+``hosted_vllm/`` models, and a search query written while thinking is still a search, as it is
+in Search-o1, which reads vLLM's raw text (L522, L529). The trajectory goes on with the whole
+reply, and Reason-in-Documents' reply is read whole too.
+
 Which stop string ended a turn is known where the backend says (``Completion.stop_reason``:
 the embedded ``local/`` models, vLLM, a dry run); for other backends, which strip the stop
 string and do not name it, a normal finish after an unclosed query is taken as having stopped
@@ -44,7 +57,8 @@ LLM modes (option ``llm_mode``, see agents/graphs/search_loop.py): ``local/`` mo
 their own partial assistant turn, as Search-o1 runs with vLLM; chat APIs (litellm providers,
 ``scripted/``) get each result as a user message.
 
-Graph: START -> reason -> (search -> [documents] -> reason)* -> [limit] -> final -> END.
+Graph: START -> reason -> (search -> [documents] -> reason)* -> [limit] -> final -> END, a
+last turn that searches going from its search (or documents) to the limit.
 Trace nodes: "reason" and "documents" (LLM calls), "search" (a retrieval; only these count as
 searches), "search_skipped" (a canned message), "limit", "final" (the final ranking).
 """
@@ -63,13 +77,14 @@ from agents.graphs.search_loop import (
     env_segment,
     final_ranking,
     model_segment,
+    model_text,
     parse_call,
     resolve_llm_mode,
     transcript,
 )
 from agents.llm.dry import Reply, WorstCase
 from agents.llm.embedded import is_local
-from agents.llm.steps import llm_call, llm_step
+from agents.llm.steps import llm_call
 from agents.llm.text import answer_text
 from retrievers.base import SearchRequest
 
@@ -227,30 +242,27 @@ def build_graph(ctx: AgentContext) -> Any:
     chat_prompt = ctx.prompts.get("search-o1", "chat")
     names_stops = ctx.llm is not None and names_stop_strings(ctx.llm)
 
-    def read(completion: Any) -> Turn:
+    def read(text: str, completion: Any) -> Turn:
         if options["lenient_query"]:
-            call, kept = parse_call(
-                completion.text, BEGIN_QUERY, END_QUERY, completion.finish_reason
-            )
+            call, kept = parse_call(text, BEGIN_QUERY, END_QUERY, completion.finish_reason)
             return Turn(call, kept)
-        return read_turn(
-            completion.text, completion.finish_reason, completion.stop_reason, names_stops
-        )
+        return read_turn(text, completion.finish_reason, completion.stop_reason, names_stops)
 
     async def reason(state: SearchO1State) -> dict:
         segments = state.get("segments", [])
         prompt = instruction.render(query=state["query"], max_searches=max_searches)
         messages = build_messages(prompt, segments, mode, chat_prompt)
         completion, step = await llm_call(ctx, "reason", messages, stop=[END_QUERY])
-        turn = read(completion)
+        text = model_text(completion)  # the thinking a provider split off is the model's text
+        turn = read(text, completion)
         call = turn.query
-        step |= {"llm_mode": mode, "search_query": call}
+        step |= {"llm_mode": mode, "search_query": call, "output": text}
         if turn.stop_assumed:
             step["stop_assumed"] = END_QUERY
         step["prompt"] = {"name": instruction.name, "sha256": instruction.sha256}
         steps = [step]
         if step["finish_reason"] == "length" and call is None:
-            unclosed = BEGIN_QUERY in completion.text
+            unclosed = BEGIN_QUERY in text
             cut = "inside an unclosed search query" if unclosed else "mid-reasoning"
             steps.append(
                 {
@@ -269,7 +281,10 @@ def build_graph(ctx: AgentContext) -> Any:
     def after_reason(state: SearchO1State) -> str:
         if not state.get("call"):  # no search, or an empty one: finished (L532, L610-613)
             return "final"
-        return "limit" if state["turns"] >= max_turns else "search"
+        return "search"  # the last turn's too: the loop stops after it (L683-685)
+
+    def last_turn(state: SearchO1State) -> bool:
+        return state["turns"] >= max_turns
 
     async def search(state: SearchO1State) -> dict:
         query, searches = state["call"], state.get("searches", 0)
@@ -305,7 +320,7 @@ def build_graph(ctx: AgentContext) -> Any:
         # Not in Search-o1: a model that keeps asking for searches it was refused is stuck
         # (small models repeat one query until max_turns); stop paying for its turns.
         stuck = options["max_refusals"] and state.get("refusals", 0) >= options["max_refusals"]
-        return "limit" if stuck else "reason"
+        return "limit" if stuck or last_turn(state) else "reason"
 
     async def documents(state: SearchO1State) -> dict:
         segments = state["segments"]
@@ -315,9 +330,10 @@ def build_graph(ctx: AgentContext) -> Any:
             search_query=state["call"],
             documents=format_documents(texts, options["doc_chars"]),
         )
-        text, step = await llm_step(ctx, "documents", [{"role": "user", "content": prompt}])
+        completion, step = await llm_call(ctx, "documents", [{"role": "user", "content": prompt}])
+        text = model_text(completion)  # "**Final Information**" is read from the whole reply
         information = final_information(text, options["information"])
-        step["information"] = information
+        step |= {"output": text, "information": information}
         return {
             "steps": [step],
             "segments": [*segments, result_segment(information)],
@@ -325,10 +341,12 @@ def build_graph(ctx: AgentContext) -> Any:
         }
 
     async def limit(state: SearchO1State) -> dict:
-        if state["turns"] >= max_turns:
+        if last_turn(state):
             reason = (
                 f"max_turns ({max_turns}) reached while the model still asked to search "
-                f"({state['call']!r}); ranking with what it has"
+                f"({state['call']!r}); that search was made or refused as any turn's is, "
+                "as Search-o1 ends its loop after it (run_search_o1.py L683-685); ranking "
+                "with what it has"
             )
         else:
             reason = (
@@ -347,9 +365,11 @@ def build_graph(ctx: AgentContext) -> Any:
     graph.add_node("limit", limit)
     graph.add_node("final", final)
     graph.add_edge(START, "reason")
-    graph.add_conditional_edges("reason", after_reason, ["search", "limit", "final"])
+    graph.add_conditional_edges("reason", after_reason, ["search", "final"])
     graph.add_conditional_edges("search", after_search, ["documents", "reason", "limit"])
-    graph.add_edge("documents", "reason")
+    graph.add_conditional_edges(
+        "documents", lambda state: "limit" if last_turn(state) else "reason", ["reason", "limit"]
+    )
     graph.add_edge("limit", "final")
     graph.add_edge("final", END)
     # Up to 3 nodes per turn plus limit and final: our limits always end the run first.

@@ -17,19 +17,42 @@ The loop is Search-R1's evaluation rollout (PeterGriffinJin/Search-R1
 * Under ``--preset paper`` (`agents.llm.sampling.OPTION_RULES`; off by default, each an
   option): ``context_tokens`` 4096 keeps what the model is sent to its last 4,096 tokens, as
   the rollout cuts its rolling input to ``max_prompt_length`` from the left before every turn
-  (L107-115; ``scripts/nq_hotpotqa/evaluate.sh`` L20). The cut takes whole messages, then the
-  start of the first one it reaches, from the front, so the chat template's own tokens stay
-  where Search-R1's cut would drop the first of them; the transcript the final ranking reads
-  is not cut. Tokens are counted by `agents.llm.tokens.model_counter`: the embedded model's
-  own tokenizer on its ChatML prompt (exact), else litellm's tokenizer for the model (its
-  Hugging Face tokenizer where litellm knows it and has it cached, else tiktoken's
-  cl100k_base: an approximation), and the step records which. ``question_mark`` strips the
-  question and ends it with "?" where it lacks one, as Search-R1's data script does
-  (``scripts/data_process/nq_search.py`` L61-63). Search-R1's ``max_start_length`` (2,048,
-  evaluate.sh L22) is not applied: it cuts only the copy of the prompt the rollout returns
-  with its output (``verl/trainer/ppo/ray_trainer.py`` L512, generation.py L223 and
-  L326-332), never what the model reads, which starts from the whole prompt (L231; a prompt
-  over ``max_prompt_length`` is refused, ``verl/utils/dataset/rl_dataset.py`` L134-139).
+  (L107-115; ``scripts/nq_hotpotqa/evaluate.sh`` L20): see "The rolling input" below.
+  ``question_mark`` strips the question and ends it with "?" where it lacks one, as
+  Search-R1's data script does (``scripts/data_process/nq_search.py`` L61-63). Search-R1's
+  ``max_start_length`` (2,048, evaluate.sh L22) is not applied: it cuts only the copy of the
+  prompt the rollout returns with its output (``verl/trainer/ppo/ray_trainer.py`` L512,
+  generation.py L223 and L326-332), never what the model reads, which starts from the whole
+  prompt (L231; a prompt over ``max_prompt_length`` is refused,
+  ``verl/utils/dataset/rl_dataset.py`` L134-139; here it is cut like any other input).
+
+The rolling input. Search-R1's model reads token ids, not messages: the prompt through the
+checkpoint's chat template with its assistant turn opened (rl_dataset.py L128-139), then each
+turn's text (cut at its closing tag, L54-75) and each observation, every piece tokenized alone
+without special tokens added (generation.py L45-52, L77-91; ``verl/utils/torch_functional.py``
+L236), concatenated, and cut to the last ``max_prompt_length`` ids (L107-115), the chat
+template's own tokens at the front the first to go. With ``context_tokens`` and an LLM mode
+that continues the model's turn, the agent does the same: it renders the prompt with the chat
+template itself, counts each piece's tokens, keeps the last ``context_tokens`` of them and
+sends that text as a raw completion (`agents.llm.LLM.complete`; the step records the
+``prompt`` sent, its prompt file as ``prompt_file``, ``rendered_by`` and, when something was
+cut, ``context_cut``). The template and tokens are the checkpoint's own where one is known
+here: option ``tokenizer`` (a Hugging Face tokenizer folder or hub id: its chat template and
+its tokenizer, as Search-R1 loads them), else an embedded ``local/`` model's ChatML with its
+default system message and its own tokenizer; else, for ``--server llamacpp``, the template
+its prompts are rendered with and litellm's tokenizer for the model (an approximation the
+step names). The server tokenizes the text it is sent again, which can join tokens
+differently where two pieces meet; Search-R1's vLLM got the ids themselves. Where no chat
+template is known here (a chat API, or a vLLM or SGLang server without ``tokenizer``), the
+cut falls on the messages instead: whole messages, then the start of the first one it
+reaches, counted by `agents.llm.tokens.model_counter`, so the chat template's tokens stay,
+and ``context_cut`` says so. The transcript the final ranking reads is never cut.
+
+Tags are read from the reply as the model wrote it (`agents.graphs.search_loop.model_text`):
+litellm moves a leading ``<think>...</think>`` into ``reasoning_content`` for ``openai/`` and
+``hosted_vllm/`` models, while Search-R1 reads the whole decoded response (L56-66, L422), so a
+``<search>`` or ``<answer>`` written inside the thinking is still the turn's action, and the
+trajectory goes on with the whole reply.
 
 Documents are formatted as Search-R1's ``_passages2string`` (L460-469) formats its retrieval
 server's ``contents``: the first line is the title, ``Doc i(Title: <first line>) <rest>``.
@@ -48,7 +71,10 @@ reason -> reason edge. Trace nodes: "reason" (LLM calls), "search" (retrievals),
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agents.graphs.context import AgentContext, search_step
@@ -59,10 +85,12 @@ from agents.graphs.search_loop import (
     env_segment,
     final_ranking,
     model_segment,
+    model_text,
     resolve_llm_mode,
 )
 from agents.llm.dry import Reply, WorstCase
-from agents.llm.steps import llm_call
+from agents.llm.embedded import is_local
+from agents.llm.steps import llm_call, llm_complete_call
 from agents.llm.tokens import Counter, model_counter
 from retrievers.base import SearchRequest
 
@@ -90,6 +118,9 @@ DEFAULTS: dict[str, Any] = {
     # (nq_search.py L61-63)
     "context_tokens": 0,
     "question_mark": False,
+    # a Hugging Face tokenizer (folder or hub id): the checkpoint's chat template and tokens,
+    # which the context_tokens cut renders and counts with, as Search-R1 does
+    "tokenizer": "",
     "query_fallback": True,  # ours: search the raw query when the output holds nothing
 }
 PROMPTS = ("search-r1", "search-r1/chat", "search-r1/final")
@@ -156,6 +187,104 @@ def fit_context(
     return fitted, cut
 
 
+@dataclass(frozen=True)
+class Window:
+    """How the rolling input is rendered and counted: ``render`` puts the prompt through the
+    chat template with the assistant turn opened; ``counter`` tokenizes a piece alone."""
+
+    render: Callable[[str], str]
+    counter: Counter
+    rendered_by: str
+
+
+def rolling_input(
+    pieces: list[str], limit: int, counter: Counter
+) -> tuple[str, dict[str, Any] | None]:
+    """The pieces (the rendered prompt, then each turn's text and each observation) joined and
+    kept to their last ``limit`` tokens, each piece tokenized alone as Search-R1 tokenizes its
+    prompt, responses and observations (generation.py L45-52, L77-91) and the concatenated ids
+    cut from the left (L107-115); and what was cut (None: nothing)."""
+    counts = [counter.text_tokens(piece) for piece in pieces]
+    total = sum(counts)
+    if total <= limit:
+        return "".join(pieces), None
+    excess, kept = total - limit, []
+    for piece, tokens in zip(pieces, counts, strict=True):
+        if excess >= tokens:  # the whole piece is before the cut
+            excess -= tokens
+            continue
+        kept.append(counter.keep_last(piece, tokens - excess) if excess else piece)
+        excess = 0
+    cut = {"limit": limit, "tokens": total, "cut": total - limit, "counted_by": counter.described}
+    return "".join(kept), cut
+
+
+class HubCounter(Counter):
+    """A Hugging Face tokenizer's ids of a text, no special tokens added (Search-R1's
+    ``add_special_tokens=False``), and the text of ids, special tokens kept (its vLLM read the
+    ids themselves)."""
+
+    def __init__(self, name: str, tokenizer: Any) -> None:
+        super().__init__()
+        self._tok = tokenizer
+        self.described = f"the tokenizer of {name} (exact)"
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self._tok(text, add_special_tokens=False)["input_ids"])
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self._tok.decode(ids))
+
+
+@functools.cache
+def hub_tokenizer(name: str) -> Any:
+    from agents.rerank.reasonrank import load_tokenizer  # transformers: only when asked for
+
+    return load_tokenizer(name)
+
+
+def hub_window(name: str) -> Window:
+    """The checkpoint's own template and tokens (rl_dataset.py L128-131: its chat template
+    when it has one, else the prompt as it is)."""
+    tok = hub_tokenizer(name)
+
+    def render(prompt: str) -> str:
+        if not tok.chat_template:
+            return prompt
+        chat = [{"role": "user", "content": prompt}]
+        return str(tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False))
+
+    return Window(render, HubCounter(name, tok), f"the chat template of {name}")
+
+
+def model_window(llm: Any) -> Window | None:
+    """The template and tokens of the model ``llm`` calls, where known here: an embedded
+    model's ChatML and tokenizer, a llama.cpp server's template (litellm's tokens); None for
+    backends whose template is on the server or that take no raw text."""
+    if is_local(llm.model):
+        from agents.llm.chatml import render_chatml
+
+        counter = model_counter(llm)
+        system = counter.default_system
+
+        def chatml(prompt: str) -> str:
+            return render_chatml([{"role": "user", "content": prompt}], system)
+
+        return Window(chatml, counter, f"{llm.model}'s ChatML")
+    if not llm.renders_prompts:
+        return None
+    if llm.dry is None:
+        llm.prepare()  # the server's own template, unless --chat-template gave one
+    if llm.template is None:
+        return None
+    template = llm.template
+
+    def templated(prompt: str) -> str:
+        return template.render([{"role": "user", "content": prompt}])
+
+    return Window(templated, model_counter(llm), f"the chat template {template.name}")
+
+
 def format_passages(texts: list[str]) -> str:
     """Search-R1's ``_passages2string``: the first line of each text is its title."""
     out = ""
@@ -178,6 +307,46 @@ def build_graph(ctx: AgentContext) -> Any:
     final_nudge = ctx.prompts.get("search-r1", "final") if options["final_nudge"] else None
     window = options["context_tokens"]
     counter = model_counter(ctx.llm) if window and ctx.llm is not None else None
+    # the checkpoint's own tokenizer, loaded now: a wrong name stops the run before any call
+    hub = hub_window(options["tokenizer"]) if window and options["tokenizer"] else None
+    rolling: list[Window | None] = []  # the model's own, found at the first call
+
+    def raw_window() -> Window | None:
+        """How the raw rolling input is rendered and cut; None: cut the messages instead."""
+        if not window or mode != "continue":
+            return None
+        if hub is not None:
+            return hub
+        if not rolling:
+            rolling.append(model_window(ctx.llm))
+        return rolling[0]
+
+    async def call(state_query: str, segments: list[dict[str, Any]]) -> tuple[Any, dict]:
+        """The turn's call: the rolling input as a raw completion where a template is known
+        here, else the messages (cut to the window's last tokens when there is one)."""
+        user = prompt.render(query=state_query)
+        stop = [END_SEARCH, END_ANSWER]
+        raw = raw_window()
+        if raw is not None:
+            pieces = [raw.render(user), *(s["text"] for s in segments)]
+            text, cut = rolling_input(pieces, window, raw.counter)
+            completion, step = await llm_complete_call(ctx, "reason", text, stop=stop)
+            step["rendered_by"] = raw.rendered_by
+        else:
+            messages = build_messages(user, segments, mode, chat_prompt)
+            cut = None
+            if counter is not None:
+                messages, cut = fit_context(messages, window, counter)
+                if cut is not None:
+                    cut["note"] = (
+                        "message text cut, the chat template's tokens kept: no chat template "
+                        "is known here for Search-R1's cut of the whole input (tokenizer= "
+                        "names the checkpoint's)"
+                    )
+            completion, step = await llm_call(ctx, "reason", messages, stop=stop)
+        if cut is not None:
+            step["context_cut"] = cut
+        return completion, step
 
     def question(state: SearchState) -> str:
         return search_r1_question(state["query"]) if options["question_mark"] else state["query"]
@@ -188,18 +357,14 @@ def build_graph(ctx: AgentContext) -> Any:
         segments = list(state.get("segments", []))
         if last and final_nudge is not None:
             segments.append(env_segment(final_nudge.render(), wrap=False))
-        messages = build_messages(prompt.render(query=question(state)), segments, mode, chat_prompt)
-        cut = None
-        if counter is not None:
-            messages, cut = fit_context(messages, window, counter)
-        completion, step = await llm_call(ctx, "reason", messages, stop=[END_SEARCH, END_ANSWER])
-        if cut is not None:
-            step["context_cut"] = cut
-        action, content, kept = parse_action(
-            completion.text, completion.finish_reason, completion.stop_reason
-        )
+        completion, step = await call(question(state), segments)
+        text = model_text(completion)  # the thinking a provider split off is the model's text
+        action, content, kept = parse_action(text, completion.finish_reason, completion.stop_reason)
         step |= {"llm_mode": mode, "action": action, "content": content, "final_turn": last}
-        step["prompt"] = {"name": prompt.name, "sha256": prompt.sha256}
+        step["output"] = text
+        # a raw completion's step holds the text sent as its "prompt" (agents.llm.steps)
+        used = {"name": prompt.name, "sha256": prompt.sha256}
+        step["prompt_file" if "rendered_by" in step else "prompt"] = used
         steps = [step]
         segments.append(model_segment(kept))
         if last and action == "search":

@@ -1,10 +1,11 @@
 """A scripted LLM provider for tests and benchmarks (models `scripted/...` once installed).
 
-A reply is text, or a `Reply` with token log-probabilities or native tool calls (OpenAI's
-``tool_calls``, as API models return them). It answers through litellm like any provider, so
-the whole stack (cache, retries, usage, graphs) runs for real around it; only the model is
-replaced by a Python function of the messages. An optional latency makes it stand in for a
-remote API in scaling benchmarks.
+A reply is text, or a `Reply` with token log-probabilities, native tool calls (OpenAI's
+``tool_calls``, as API models return them) or thinking split off the text
+(``reasoning_content``, as litellm and vLLM's reasoning parsers return it). It answers
+through litellm like any provider, so the whole stack (cache, retries, usage, graphs) runs for
+real around it; only the model is replaced by a Python function of the messages. An optional
+latency makes it stand in for a remote API in scaling benchmarks.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ litellm_types = litellm.types.utils  # its response types, taken after the setup
 
 @dataclass
 class Reply:
-    """A reply with token log-probabilities (per token, (token, logprob, [(alt, logprob)]))
-    and/or native tool calls: (name, arguments), arguments a mapping or raw JSON text."""
+    """A reply with token log-probabilities (per token, (token, logprob, [(alt, logprob)])),
+    native tool calls ((name, arguments), arguments a mapping or raw JSON text) and/or the
+    thinking a provider split off the text."""
 
     text: str = ""
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
+    reasoning: str | None = None  # the message's reasoning_content
 
 
 Respond = Callable[[list[dict], dict[str, Any]], "str | Reply | Exception"]
@@ -53,7 +56,9 @@ class ScriptedProvider(litellm.CustomLLM):
             message = litellm_types.Message(role="assistant", content=outcome)
         else:
             logprobs = choice_logprobs(outcome.logprobs)
-            message = litellm_types.Message(role="assistant", content=outcome.text)
+            message = litellm_types.Message(
+                role="assistant", content=outcome.text, reasoning_content=outcome.reasoning
+            )
             if outcome.tool_calls:
                 message = litellm_types.Message(
                     role="assistant",
