@@ -25,7 +25,7 @@ from typing import Any
 from agents.llm.cache import CACHE_MODES
 from agents.llm.sampling import PRESETS
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
-from agents.llm.serving import ROUTINGS, SERVERS, load_template
+from agents.llm.serving import ROUTINGS, SERVERS, load_template, resolve_server
 from agents.llm.text import REASONING_SETTINGS
 from agents.naming import run_folder_name
 from agents.registry import AGENTS, STAGES, OptionSpec
@@ -152,12 +152,21 @@ class StageConfig:
             known = ", ".join(STAGES) or "none yet"
             raise ConfigError(f"rerank: unknown stage {self.kind!r}; known: {known}")
         spec = STAGES[self.kind]
+        # the options given, before their defaults: the run fills the others from its preset
+        # and its run-wide settings (`RunConfig`); not a field, so neither config.json nor
+        # equality sees it
+        object.__setattr__(self, "_given", frozenset(self.options))
         object.__setattr__(self, "options", typed_options(spec, self.options, "rerank"))
         if self.options.get("api_base"):
             try:
                 server_urls(self.options["api_base"])
             except ValueError as e:
                 raise ConfigError(f"rerank {self.kind} api_base: {e}") from None
+
+    @property
+    def given(self) -> frozenset[str]:
+        """The options given to this stage (the rest are its defaults)."""
+        return getattr(self, "_given", frozenset(self.options))
 
 
 @dataclass(frozen=True)
@@ -297,6 +306,7 @@ class RunConfig:
                 raise ConfigError(f"generations {self.generations!r}: {e}") from None
         self._check_run_file()
         stages = tuple(s if isinstance(s, StageConfig) else StageConfig(**s) for s in self.rerank)
+        stages = tuple(self._stage_filled(s) for s in stages)
         object.__setattr__(self, "rerank", stages)
         needs_llm = self.agent_calls_llm or any(STAGES[s.kind].uses_llm for s in stages)
         if not needs_llm:
@@ -318,6 +328,38 @@ class RunConfig:
 
             check_component(self.run_name, "run_name")
         object.__setattr__(self, "prompt_files", dict(self.prompt_files))
+
+    def _stage_filled(self, stage: StageConfig) -> StageConfig:
+        """``stage`` with the options its spec did not give filled by the run, as the preset
+        fills an agent's: the preset's values (agents.llm.sampling.OPTION_RULES, and the stage
+        spec's own ``preset_options``: R2MED's rerankers keep only their top k under ``--preset
+        paper``, ReasonRank cuts with the served checkpoint's tokenizer), and ``--max-tokens``
+        as the budget of a stage that has one (as ``--rerank-depth`` fills ``depth``). A given
+        option wins; config.json records the values."""
+        from agents.llm.sampling import preset_options
+
+        llm = self.llm if self.llm is not None else LLMConfig()
+        spec = STAGES[stage.kind]
+        defaults = spec.defaults
+        model = str(stage.options.get("model") or llm.model)
+        values = dict(preset_options(llm.preset, stage.kind, model).values)
+        if spec.preset_options is not None:
+            values.update(spec.preset_options(llm.preset, model, self._stage_server(stage, llm)))
+        if llm.max_tokens is not None:
+            values["max_tokens"] = llm.max_tokens
+        fill = {k: v for k, v in values.items() if k in defaults and k not in stage.given}
+        if all(stage.options[k] == v for k, v in fill.items()):
+            return stage
+        return dataclasses.replace(stage, options={**stage.options, **fill})
+
+    @staticmethod
+    def _stage_server(stage: StageConfig, llm: LLMConfig) -> str:
+        """The server kind a stage's calls go to, as `stage_llm` and the plan decide it."""
+        model = str(stage.options.get("model") or llm.model)
+        api_base = stage.options.get("api_base") or None
+        if api_base is None and model == llm.model:
+            api_base = llm.api_base
+        return resolve_server(llm.server if api_base == llm.api_base else "auto", model)
 
     def _check_run_file(self) -> None:
         """A run file is the whole first stage: no agent, replay or source run beside it."""

@@ -173,7 +173,7 @@ async def _task(
         rerank = None
         if spec.uses_llm:  # the others call no model (and may load one to build)
             stage.model = config.stage_llm(stage_config)[0]
-            rerank = spec.build(plan.stage_context(tp, i, stage_config)).rerank
+            rerank = spec.build(plan.stage_context(tp, i, stage_config, lists)).rerank
         tally = dry.begin(spec.worst_case_hook(), stage_config.options)
         lists = await _stage(stage, task_dir / name if task_dir else None, tp, tally, rerank,
                              lists, progress)  # fmt: skip

@@ -473,9 +473,10 @@ def stage_graph(
     plan: Plan, tp: TaskPlan, index: int, stage_config: Any, records: dict[str, dict]
 ) -> StageGraph:
     """Rerank stage ``index`` (1-based) of the run over the rankings of ``records``, the
-    stage before it; a failed query has no ranking and is not reranked."""
-    stage = STAGES[stage_config.kind].build(plan.stage_context(tp, index, stage_config))
+    stage before it; a failed query has no ranking and is not reranked. The stage is told
+    every input list's length, in the task's order (GroupRank's shuffle stream needs them)."""
     inputs = {q: ranking_of(r) for q, r in records.items() if not r["error"]}
+    stage = STAGES[stage_config.kind].build(plan.stage_context(tp, index, stage_config, inputs))
     return StageGraph(stage, inputs)
 
 

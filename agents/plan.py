@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.config import RunConfig, default_run_name
+from agents.config import RunConfig, StageConfig, default_run_name
 from agents.generations import Generations
 from agents.graphs.context import AgentContext
 from agents.llm.embedded import is_local
@@ -78,9 +78,16 @@ class Plan:
             sampling=node_sampling(config, config.agent),
         )  # fmt: skip
 
-    def stage_context(self, tp: TaskPlan, index: int, stage: Any) -> StageContext:
-        return stage_context(self.config, tp.task, tp.prompts, stage, self.stage_llm(stage),
-                             self.cache_dir, runs.stage_dir_name(index, stage.kind))  # fmt: skip
+    def stage_context(
+        self, tp: TaskPlan, index: int, stage: Any, rankings: dict[str, Any] | None = None
+    ) -> StageContext:
+        """Stage ``index``'s context for task ``tp``; ``rankings``, the input lists of the
+        queries it runs over, give it their lengths in the task's order (``list_lengths``)."""
+        ctx = stage_context(self.config, tp.task, tp.prompts, stage, self.stage_llm(stage),
+                            self.cache_dir, runs.stage_dir_name(index, stage.kind))  # fmt: skip
+        if rankings is not None:
+            ctx.list_lengths = {q: len(rankings[q]) for q in tp.queries if q in rankings}
+        return ctx
 
 
 def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
@@ -192,7 +199,27 @@ def check_models(config: RunConfig) -> None:
         for option, kind in STAGES[stage.kind].models.items():
             name = str(stage.options.get(option) or "").strip()
             if name:
-                check_model_source(name, f"--rerank {stage.kind} option {option}", NEEDS[kind])
+                what = f"--rerank {stage.kind} option {option}{_preset_note(config, stage)}"
+                check_model_source(name, what, NEEDS[kind])
+
+
+def _preset_note(config: RunConfig, stage: Any) -> str:
+    """Why a ReasonRank stage under ``--preset paper`` loads the served model's tokenizer,
+    for the refusal when it cannot (`agents.rerank.reasonrank.paper_tokenizer`)."""
+    from agents.llm.serving import resolve_server
+    from agents.rerank.reasonrank import paper_tokenizer
+
+    if stage.kind != "reasonrank" or config.llm is None or config.llm.preset != "paper":
+        return ""
+    model, api_base = config.stage_llm(stage)
+    server = resolve_server(config.llm.server if api_base == config.llm.api_base else "auto",
+                            model)  # fmt: skip
+    if stage.options["tokenizer"] != paper_tokenizer(model, server):
+        return ""
+    return (
+        " (--preset paper: the served checkpoint's own, which ReasonRank cuts passages with; "
+        "tokenizer= names another)"
+    )
 
 
 def read_first_stage(config: RunConfig, plans: list[TaskPlan]) -> RunConfig:
@@ -298,6 +325,10 @@ def record_sampling(config: RunConfig, source: RunConfig | None = None) -> dict[
 
     def put(name: str, method: str, node: str, model: str, server: str, options: Any) -> None:
         sampling = resolve(llm.preset, method, node, model, server, explicit, options)
+        budget = stage_budget(method, options, explicit, sampling.params)
+        if budget is not None:
+            given = {**explicit, "max_tokens": budget}
+            sampling = resolve(llm.preset, method, node, model, server, given, options)
         out[f"{name}/{node}"] = {"model": model, "preset": llm.preset, **sampling.to_dict()}
 
     if source is not None:
@@ -312,9 +343,34 @@ def record_sampling(config: RunConfig, source: RunConfig | None = None) -> dict[
             continue
         model, api_base = config.stage_llm(stage)
         server = resolve_server(llm.server if api_base == llm.api_base else "auto", model)
-        for node in STAGES[stage.kind].llm_nodes:
-            put(runs.stage_dir_name(i, stage.kind), stage.kind, node, model, server, stage.options)
+        spec = STAGES[stage.kind]
+        for node in spec.llm_nodes:
+            # a stage of stages (point-list) sends each call what the stage making it would
+            kind, options = stage.kind, stage.options
+            if spec.sampled_as is not None:
+                kind, given = spec.sampled_as(node, stage.options)
+                options = StageConfig(kind, given).options
+            put(runs.stage_dir_name(i, stage.kind), kind, node, model, server, options)
     return out
+
+
+def stage_budget(
+    kind: str, options: Any, explicit: dict[str, Any], params: dict[str, Any]
+) -> int | None:
+    """The ``max_tokens`` option of a stage that has one, where it must be sent as given
+    because the table did not send it: over a run-wide ``--max-tokens`` it differs from (a
+    stage's own budget, given in its spec, wins; `RunConfig` filled the others with it), or
+    a value other than its default that the model family's rule does not read (a reasoning API
+    model's completion budget). None where the resolved parameters are right as they are."""
+    defaults = STAGES[kind].defaults if kind in STAGES else {}
+    if "max_tokens" not in defaults or "max_tokens" not in options:
+        return None
+    budget = options["max_tokens"]
+    run_wide = explicit.get("max_tokens")
+    sent = params.get("max_tokens", params.get("max_completion_tokens"))
+    if run_wide is not None:
+        return budget if budget != run_wide else None
+    return budget if budget != defaults["max_tokens"] and sent != budget else None
 
 
 def describe_sampling(entry: dict[str, Any]) -> str:
@@ -411,11 +467,20 @@ def stage_context(
     config: RunConfig, task: Task, prompts: PromptBook, stage: Any, llm: Any,
     cache_dir: Path | None, folder: str = "",
 ) -> StageContext:  # fmt: skip
-    return StageContext(
+    ctx = StageContext(
         corpus=task.corpus, task=task.name, options=stage.options, llm=llm,
         depth=config.eval.depth, prompts=prompts, cache_dir=cache_dir,
         sampling=node_sampling(config, folder) if folder else {},
     )  # fmt: skip
+
+    def build_stage(kind: str, given: Any) -> tuple[dict[str, Any], Any]:
+        """A stage of ``kind`` in this context (a stage of stages' part: its calls share the
+        context's model, sampling and lists), its options typed as a ``--rerank`` stage's."""
+        options = dict(StageConfig(kind, dict(given)).options)
+        return options, STAGES[kind].build(dataclasses.replace(ctx, options=options))
+
+    ctx.build_stage = build_stage
+    return ctx
 
 
 def task_folders(tasks: list[Task]) -> list[str]:

@@ -20,7 +20,10 @@ from agents.graphs.tool_search import DEFAULTS as TOOL_SEARCH_DEFAULTS
 from agents.graphs.tool_search import PROMPTS as TOOL_SEARCH_PROMPTS
 from agents.graphs.tool_search import check_options as check_tool_options
 from agents.rerank.cross import CROSS
+from agents.rerank.diver_pointwise import DIVER_POINTWISE
+from agents.rerank.grouprank import GROUPRANK
 from agents.rerank.listwise import INSERTRANK, LISTWISE
+from agents.rerank.point_list import POINT_LIST
 from agents.rerank.pointwise import POINTWISE
 from agents.rerank.rank1 import RANK1
 from agents.rerank.reasonrank import REASONRANK
@@ -81,5 +84,7 @@ AGENTS: dict[str, AgentSpec] = {
 }
 
 STAGES: dict[str, StageSpec] = {
-    spec.name: spec for spec in (CROSS, LISTWISE, INSERTRANK, POINTWISE, REASONRANK, RANK1)
+    spec.name: spec
+    for spec in (CROSS, LISTWISE, INSERTRANK, POINTWISE, REASONRANK, RANK1, GROUPRANK)
+    + (DIVER_POINTWISE, POINT_LIST)
 }

@@ -69,6 +69,12 @@ class StageSpec:
     # options naming a model loaded from a folder or the hub, and what it is ("model" or
     # "tokenizer"): checked before any work (retrievers.model_source)
     models: Mapping[str, str] = field(default_factory=dict)
+    # (preset, model, server kind) -> the options that preset gives the stage over its
+    # defaults (an option given to the stage wins: agents.config.RunConfig)
+    preset_options: Callable[[str, str, str], dict[str, Any]] | None = None
+    # (node, options) -> the stage kind and options a call at ``node`` is sampled as
+    # (agents.llm.sampling), for a stage made of other stages; None: as this stage
+    sampled_as: Callable[[str, Mapping[str, Any]], tuple[str, dict[str, Any]]] | None = None
 
     def build(self, ctx: Any) -> Any:
         return _resolve(self.builder)(ctx)

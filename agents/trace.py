@@ -116,6 +116,14 @@ def format_step(
         shown = " ".join(mark(d, grades) for d in step["doc_ids"])
         lines.append(f"  window positions {lo + 1}-{hi}: {shown}")
         lines.append(f"  reordered: {' '.join(mark(d, grades) for d in step['order'])}")
+    if step.get("node") == "group" and "pass" in step:  # a GroupRank group, the scores read
+        shown = " ".join(mark(d, grades) for d in step["doc_ids"])
+        lines.append(f"  pass {step['pass']}, group {step['group']}: {shown}")
+        scores = ", ".join(f"{mark(d, grades)} {s:g}" for d, s in step["scores"])
+        lines.append(f"  scores: {scores or '(none)'}")
+    if step.get("node") == "shuffle" and "stream_position" in step:  # GroupRank's stream
+        lines.append(f"  seed {step['seed']}: query {step['stream_position']} of "
+                     f"{step['stream_queries']} in the stream")  # fmt: skip
     if "judged_by" in step:  # a pointwise judgement
         lines.append(
             f"  document {mark(step['doc_id'], grades)} (was rank {step['rank']}): "

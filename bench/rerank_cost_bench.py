@@ -16,6 +16,8 @@ which is where a listwise window stops fitting.
 Rank1 is run twice: every reply ends in its ``</think> true`` / ``false`` judgement (one call
 a passage), and every reply runs out of its 8,192 tokens without one (the worst case: each
 passage then costs a second, forced call whose prompt holds the whole reply, one token long).
+GroupRank scores groups of 10 every 10 in 2 passes (asserted: 4 calls a query at depth 20, 20
+at 100), each call sent its 8,000 tokens.
 
 ``--smoke`` runs 2 demo queries at depth 20 with SmolLM2's tokenizer, in a few seconds, so
 the test suite keeps the script working; its figures measure nothing.
@@ -41,11 +43,12 @@ from agents.pipeline import run  # noqa: E402
 from agents.settings import from_settings  # noqa: E402
 from eval.runs import TaskFolder  # noqa: E402
 
-KINDS = ("llm-pointwise", "llm-listwise", "insertrank", "reasonrank", "rank1")
+KINDS = ("llm-pointwise", "llm-listwise", "insertrank", "reasonrank", "rank1", "grouprank")
 FORCED = "forced"  # the rank1 row whose replies all need the forced call
 HALF = math.log(0.5)
 JUDGEMENT = [(" true", HALF, [(" true", HALF), (" false", HALF)])]  # rank1's last token
 _REASONRANK_PASSAGE = re.compile(r"^\[\d+\] ", re.MULTILINE)
+_GROUPRANK_DOCUMENT = re.compile(r"^\[\d+\]\. ", re.MULTILINE)
 
 
 class Counter:
@@ -71,6 +74,8 @@ class Counter:
             return self.rank1_reply(params)
         if params.get("logprobs"):  # llm-pointwise
             return scripted.Reply("yes", [("yes", HALF, [("yes", HALF), ("no", HALF)])])
+        if "<reason>" in messages[-1]["content"]:  # GroupRank's user prompt
+            return grouprank_reply(messages[-1]["content"])
         if "<answer>" in messages[0]["content"]:  # ReasonRank's system prompt
             return reasonrank_reply(messages[-1]["content"])
         passages = [m for m in messages if m["role"] == "user" and m["content"][:1] == "["]
@@ -94,6 +99,13 @@ def reasonrank_reply(user: str) -> str:
     n = len(_REASONRANK_PASSAGE.findall(user))
     order = " > ".join(f"[{i}]" for i in range(1, n + 1))
     return f"<think>kept as it came</think> <answer>{order}</answer>"
+
+
+def grouprank_reply(user: str) -> str:
+    """GroupRank's answer: every document of the group scored 5."""
+    n = len(_GROUPRANK_DOCUMENT.findall(user))
+    scores = ", ".join(f'"[{i}]": 5' for i in range(1, n + 1))
+    return f"<reason>all alike</reason>\n<answer>\n```json\n{{{scores}}}\n```\n</answer>"
 
 
 def measure(counter: Counter, settings: dict, workdir: Path, name: str) -> dict:
@@ -132,11 +144,19 @@ def check_calls(stages: dict[str, dict], specs: list, list_len: int) -> list[str
     """Assert the calls the reasoning stages make per query; the lines saying what was checked.
 
     ReasonRank: one window at depth 20, nine (80-100 down to 0-20) at 100. Rank1: one judgement
-    a passage, and a forced call for each reply without a judgement."""
+    a passage, and a forced call for each reply without a judgement. GroupRank: 2 passes of
+    groups of 10 every 10, every reply read."""
     lines = []
     for label, kind, depth, ending in specs:
         row = stages[label]
-        if list_len < depth or kind not in ("reasonrank", "rank1"):
+        if list_len < depth or kind not in ("reasonrank", "rank1", "grouprank"):
+            continue
+        if kind == "grouprank":
+            expected = 2 * depth // 10
+            assert row["calls"] == expected, row["calls"]
+            assert row["outcomes"]["read"] == row["total_calls"], row["outcomes"]
+            lines.append(f"  {label} (groups of 10 every 10, 2 passes): {expected} calls per "
+                         "query (asserted)")  # fmt: skip
             continue
         if kind == "reasonrank":
             expected = {20: 1, 100: 9}.get(depth)

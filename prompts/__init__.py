@@ -8,9 +8,10 @@ file exists only where the wording really differs. R2MED words its post prompts 
 One escape rule holds for every file, main prompt, helper, system prompt, tool description or
 few-shot examples alike: what is sent is what ``str.format`` makes of the file (`Prompt.render`;
 a file without placeholders is rendered with no values). So ``{{`` and ``}}`` are a literal
-``{`` and ``}`` everywhere, and a lone brace is refused. No built-in file holds a doubled brace,
-so each renders to its own bytes: no header, no added final newline, and the trailing space
-after "Passage:" is R2MED's.
+``{`` and ``}`` everywhere, and a lone brace is refused. Only GroupRank's user prompt holds
+doubled braces (its JSON example: its original is a ``str.format`` template too), so each file
+renders to its own bytes, those braces single: no header, no added final newline, and the
+trailing space after "Passage:" is R2MED's.
 
 ``Prompt.sha256`` is of the template, before rendering: the ``sha256sum`` of the file, with one
 exception: a UTF-8 byte-order mark at the start (which some editors write) is stripped on read,

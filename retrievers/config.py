@@ -73,8 +73,13 @@ FUSION_METHODS: dict[str, str] = {
     "rrf": "reciprocal-rank fusion, sum of 1 / (k + rank); ranks only",
     "combsum": "CombSUM: sum of min-max normalised scores",
     "combmnz": "CombMNZ: CombSUM times the number of lists holding the document",
+    "diver-minmax": "DIVER's BM25 + dense merge: weighted min-max scores of two lists, top keep",
 }
 RRF_K = 60  # the paper's constant and ranx's default
+# DIVER's merge (AQ-MedAI/Diver Retriever/merge_scores.py at 2ecd1fc): wgt_dense 0.5 (L10, L95;
+# 0.7 for BRIGHT's coding and theorem tasks, L96-97), the merged list cut to its top 100 (L42)
+DIVER_WEIGHT = 0.5
+DIVER_KEEP = 100
 # How deep each member list goes: a fusion of k-deep lists would miss documents that one
 # member ranks just below k but another ranks high.
 MIN_DEPTH = 100
@@ -394,13 +399,33 @@ class FusionConfig:
         default=RRF_K,
         metadata=_flag("fusion_k", "RRF's k in 1 / (k + rank); rrf only", type=non_negative_int),
     )
-    depth: int = field(default=MIN_DEPTH, metadata=_help("documents taken from each member list"))
+    depth: int = field(
+        default=MIN_DEPTH,
+        metadata=_flag("fusion_depth", "documents taken from each member list", type=positive_int),
+    )
+    weight: float = field(
+        default=DIVER_WEIGHT,
+        metadata=_flag(
+            "fusion_weight",
+            "the second list's weight, the first's 1 - it (DIVER's dense weight, bm25+dense); "
+            "diver-minmax only",
+            type=unit_float,
+        ),
+    )
+    keep: int = field(
+        default=DIVER_KEEP,
+        metadata=_flag(
+            "fusion_keep", "documents the merged list keeps; diver-minmax only", type=positive_int
+        ),
+    )
 
     def __post_init__(self) -> None:
         rules = {
             "method": one_of(FUSION_METHODS),
             "k": non_negative_int,
             "depth": positive_int,
+            "weight": unit_float,
+            "keep": positive_int,
         }
         check_fields(self, self.SECTION, rules)
 
@@ -507,6 +532,12 @@ class RetrieverConfig:
                     f"{self.SECTION}.{name}",
                     f"expected a {cls.__name__}, got {type(value).__name__} {value!r}",
                 )
+        if len(parts) > 2 and self.fusion.method == "diver-minmax":
+            raise _fail(
+                f"{self.SECTION}.fusion.method",
+                f"diver-minmax merges two lists (DIVER's BM25 and dense), not {len(parts)} "
+                f"({mask_urls(self.spec)})",
+            )
         for part in parts:
             if part.kind == "dense" and part.arg and not self.dense.trust_remote_code:
                 _check_remote_code(part, self.dense.family)

@@ -14,7 +14,7 @@ sub-config:
 * ``remote:<url>``: a retrieval server's index of the task (`retrievers.remote`), searched over
   HTTP: the server's retriever with the server's settings.
 * any ``+``-joined combination, e.g. ``bm25+dense``: the members' lists fused
-  (``config.fusion``: method, RRF's k, depth per member).
+  (``config.fusion``: method, RRF's k, depth per member; diver-minmax's weight and length).
 
 Dense retrievers embed instruction + query and, when ``request.expansion`` is non-empty,
 average that with the expansion's embedding, as R2MED's HyDE evaluation does (see dense.py);
@@ -89,6 +89,8 @@ def build_retriever(
         rrf_k=config.fusion.k,
         depth=config.fusion.depth,
         name=config.spec,
+        weight=config.fusion.weight,
+        keep=config.fusion.keep,
     )
 
 

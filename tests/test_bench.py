@@ -77,6 +77,10 @@ EXPECTED: dict[str, list[str]] = {
         r"^  rank1 depth 20, forced: 20 judgements and 40 calls per query; 40 of all 40 replies "
         r"forced \(asserted\)$",
         rf"^  ratio rank1 depth 20, forced / hyde prompt tokens: {NUM}$",
+        # GroupRank: 2 passes of 2 groups of 10, each call sent its 8,000 tokens
+        r"^  grouprank depth 20 +4\.0 +[\d,]+ +[\d,]+ +32,000$",
+        r"^  grouprank depth 20 \(groups of 10 every 10, 2 passes\): 4 calls per query "
+        r"\(asserted\)$",
     ],
     # report.html timings need Debian's chromium; without it only the build rows are printed
     "report_bench.py": [

@@ -17,8 +17,8 @@ alone and the same command run again into the same folder:
   call, the finished records read back as they are.
 
 A config the command line can build is run through `agents.run.main`; the others (a source
-run, embedding parameters that are numbers, a fusion depth no flag sets) through
-`agents.pipeline.run`, whose RunError is what `agents.run` prints.
+run, embedding parameters that are numbers) through `agents.pipeline.run`, whose RunError is
+what `agents.run` prints.
 
 The last test edits a chat template file in place: its text binds the folder, as a prompt
 file's does.
@@ -178,6 +178,8 @@ OPTION_CHOICES: dict[str, tuple[Any, ...]] = {
     "final_ranking": SEARCH_FINAL_RANKINGS + TOOL_FINAL_RANKINGS,
     "information": ("original", "lenient"),
     "judge": JUDGES,
+    "pointwise": ("diver-pointwise", "llm-pointwise", "rank1"),  # point-list's stages
+    "listwise": ("llm-listwise", "reasonrank", "insertrank"),
     "device": ("auto", "cpu"),
 }
 
@@ -348,9 +350,19 @@ SPECIAL: dict[str, Callable[[Context], Any] | Any] = {
     "rerank[rank1].model": "scripted/other",
     "rerank[reasonrank].api_base": UNREACHABLE,
     "rerank[rank1].api_base": UNREACHABLE,
+    "rerank[grouprank].model": "scripted/other",
+    "rerank[grouprank].api_base": UNREACHABLE,
     "rerank[reasonrank].tokenizer": lambda ctx: _tokenizer_folder(ctx),
+    "options[search-r1].tokenizer": lambda ctx: _tokenizer_folder(ctx),
     "rerank[rank1].tokenizer": lambda ctx: _tokenizer_folder(ctx),
     "rerank[rank1].force": "none",
+    "rerank[rank1].ties": "previous",
+    "rerank[reasonrank].scores": "positions",
+    "rerank[diver-pointwise].model": "scripted/other",
+    "rerank[diver-pointwise].api_base": UNREACHABLE,
+    "rerank[diver-pointwise].tokenizer": lambda ctx: _tokenizer_folder(ctx),
+    "rerank[point-list].model": "scripted/other",
+    "rerank[point-list].api_base": UNREACHABLE,
     "rerank[cross].scoring": "logit",
     "rerank[cross].base": lambda ctx: str(tiny_models.bert(ctx.scratch / "base-model")),
     "rerank[cross].ties": "trec",

@@ -425,9 +425,15 @@ def test_search_o1_paper_settings_follow_its_script_per_node_and_model():
 
 def test_other_originals_settings():
     # Search-R1 evaluate.sh L21 + greedy validation (ray_trainer.py L508, vllm_rollout.py
-    # L162-171); BRIGHT reason.py L75-98; RankGPT rank_gpt.py L186; rank1 rank1.py L35, L86-92
+    # L162-171: top_p 1.0, top_k -1; L105-121: repetition_penalty vLLM's 1.0, sent so that a
+    # server does not apply generation_config.json's); BRIGHT reason.py L75-98; RankGPT
+    # rank_gpt.py L186; rank1 rank1.py L35, L86-92
     vllm = "hosted_vllm/m"
     assert resolve("paper", "search-r1", "reason", vllm, "vllm").params == {
+        "temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+        "max_tokens": 500,
+    }  # fmt: skip
+    assert resolve("paper", "search-r1", "reason", "openai/gpt-4o", "openai").params == {
         "temperature": 0.0, "max_tokens": 500,
     }  # fmt: skip
     assert resolve("paper", "reason", "generate", "openai/gpt-4o", "openai").params == {
@@ -728,3 +734,56 @@ def test_an_empty_released_text_is_searched_as_r2med_searched_it(toy_dir, tmp_pa
         return
     assert rec["steps"][-1]["request"]["sparse_text"] == NO_TERM and rec["ranking"] == []
     assert padded_run(tmp_path / "runs" / "r", "q2") == dict.fromkeys(TOY_DOCS, 0.0)
+
+
+# --- R2MED's reranker rows: src/eval_reranker.py L112-119 ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["BAAI/bge-reranker-v2-m3", "castorini/monobert-large-msmarco",
+     "castorini/rankllama-v1-7b-lora-passage"],
+)  # fmt: skip
+def test_the_paper_preset_keeps_only_an_r2med_rerankers_top_k(model):
+    from agents.config import LLMConfig, RunConfig
+    from agents.serialise import to_dict
+    from agents.stages import parse_stage
+
+    def stage(spec: str, preset: str) -> dict:
+        config = RunConfig(rerank=(parse_stage(spec),), llm=LLMConfig(preset=preset))
+        return to_dict(config)["rerank"][0]["options"]  # as config.json records it
+
+    # eval_reranker.py L118: each query's list is the reranked top_k alone
+    assert stage(f"cross:{model},depth=10", "paper")["keep_rest"] is False
+    assert stage(f"cross:{model},depth=10", "default")["keep_rest"] is True
+    assert stage(f"cross:{model},depth=10,keep_rest=true", "paper")["keep_rest"] is True  # given
+    assert stage("cross:my-org/my-reranker,depth=10", "paper")["keep_rest"] is True  # not R2MED's
+    from agents.rerank.cross import R2MED_TOP_K
+
+    assert "src/eval_reranker.py" in R2MED_TOP_K and "L118" in R2MED_TOP_K
+
+
+def test_an_r2med_reranker_row_under_the_paper_preset_ends_its_list_at_depth(toy_dir, tmp_path):
+    from tests import tiny_models
+
+    model = tiny_models.bert(tmp_path / "castorini" / "monobert-large-msmarco", num_labels=2)
+
+    def lists(*extra: str, name: str) -> dict[str, list[str]]:
+        assert main([
+            "--agent", "none", "--dataset", str(toy_dir),
+            "--rerank", f"cross:{model},depth=2,device=cpu", *extra,
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+            "--run-name", name, "--quiet",
+        ]) == 0  # fmt: skip
+        stage = tmp_path / "runs" / name / "toy" / "rerank-1-cross"
+        out: dict[str, list[str]] = {}
+        for line in (stage / "run.trec").read_text().splitlines():
+            qid, _, doc, *_ = line.split()
+            out.setdefault(qid, []).append(doc)
+        return out
+
+    paper, default = lists("--preset", "paper", name="p"), lists(name="d")
+    assert paper == {q: docs[:2] for q, docs in default.items()}  # the same top, nothing under
+    assert sum(len(docs) for docs in default.values()) > sum(len(d) for d in paper.values())
+    config = json.loads((tmp_path / "runs" / "p" / "config.json").read_text())
+    assert config["rerank"][0]["options"]["keep_rest"] is False

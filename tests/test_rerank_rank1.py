@@ -105,16 +105,26 @@ def test_the_prompt_is_rank1s_return_prompt():
 
 
 def test_both_presets_send_rank1s_sampling():
-    for preset in ("default", "paper"):
-        sent = resolve(preset, "rank1", "judge", "hosted_vllm/jhu-clsp/rank1-7b", "vllm").params
-        assert sent == {"temperature": 0.0, "max_tokens": 8192}
+    model = "hosted_vllm/jhu-clsp/rank1-7b"
+    sent = resolve("default", "rank1", "judge", model, "vllm").params
+    assert sent == {"temperature": 0.0, "max_tokens": 8192}
+    # rank1.py L86-92: SamplingParams(temperature=0, max_tokens=8192, ...), the rest vLLM's
+    # defaults, sent: a vLLM server would otherwise apply the checkpoint's
+    # generation_config.json to a request that names none (repetition_penalty, top_k, top_p)
+    assert resolve("paper", "rank1", "judge", model, "vllm").params == {
+        "temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+        "max_tokens": 8192,
+    }  # fmt: skip
+    # the thinking budget is the stage's option (L35 max_output_tokens)
+    small = resolve("paper", "rank1", "judge", model, "vllm", options={"max_tokens": 32})
+    assert small.params["max_tokens"] == 32 and small.sources["max_tokens"] == "option max_tokens"
 
 
 def test_bad_options_are_refused():
     from agents.config import ConfigError
     from agents.stages import parse_stage
 
-    for spec in ("rank1,depth=0", "rank1,force=maybe"):
+    for spec in ("rank1,depth=0", "rank1,force=maybe", "rank1,max_tokens=0", "rank1,ties=random"):
         with pytest.raises(ConfigError):
             parse_stage(spec)
 
@@ -153,7 +163,7 @@ def test_each_passage_is_one_raw_completion_scored_at_its_last_token(tmp_path):
 
     result, seen, provider = run_stage(tmp_path, respond)
     assert provider.calls == 3
-    assert list(result["ranking"]) == ["d2", "d1", "d3"]
+    assert list(result["ranking"]) == ["d2", "d3", "d1"]  # d1 and d3 tie: doc id descending
     messages, params = seen[0]
     assert params["raw_prompt"] is True and params["stop"] == STOP
     assert params["logprobs"] is True and params["top_logprobs"] == 20
@@ -194,7 +204,7 @@ def test_an_unclosed_reply_is_forced_to_one_restricted_token(tmp_path, hub_token
     assert step["outcome"] == "forced" and step["score"] == pytest.approx(0.7)
     assert step["forced_by"].startswith("allowed_token_ids")
     assert step["forced"]["prompt"].endswith("\n</think>")
-    assert list(result["ranking"]) == ["d2", "d1", "d3"]
+    assert list(result["ranking"]) == ["d2", "d3", "d1"]  # d1 and d3 tie: doc id descending
 
 
 def test_a_forced_token_without_both_alternatives_scores_one_half(tmp_path):
@@ -205,8 +215,12 @@ def test_a_forced_token_without_both_alternatives_scores_one_half(tmp_path):
 
     result, _, _ = run_stage(tmp_path, respond)
     assert {s["outcome"] for s in result["steps"]} == {"forced-unread"}
-    assert {s["score"] for s in result["steps"]} == {0.5}  # rank1.py L145
-    assert list(result["ranking"]) == list(RANKING)  # ties keep the first stage's order
+    assert {s["score"] for s in result["steps"]} == {0.5}  # rank1.py L146
+    # equal scores in pytrec_eval's order (doc id descending), as MTEB hands Rank1's scores to
+    # it (run_mteb.py L82-91); ties=previous keeps the first stage's order among them
+    assert list(result["ranking"]) == ["d3", "d2", "d1"]
+    result, _, _ = run_stage(tmp_path / "previous", respond, {"ties": "previous"})
+    assert list(result["ranking"]) == list(RANKING)
 
 
 def test_logit_bias_and_no_restriction_are_sent_as_asked(tmp_path, hub_tokenizer):
@@ -360,5 +374,48 @@ def test_a_vllm_server_gets_raw_prompts_and_allowed_token_ids_from_its_tokenizer
     assert forced["allowed_token_ids"] == [101, 202]
     assert (forced["max_tokens"], forced["temperature"], forced["logprobs"]) == (1, 0.0, 20)
     assert forced["prompt"].endswith("\nThe passage is about\n</think>")
-    assert [s["score"] for s in result["steps"]] == [0.8, 0.8]
+    assert [s["score"] for s in result["steps"]] == [pytest.approx(0.8)] * 2
     assert {s["forced_by"] for s in result["steps"]} == {"allowed_token_ids [101, 202]"}
+
+
+# --- scores at full precision: rank1.py L152-156, L215-219; run_mteb.py L82-91 ---------------
+
+
+def original_score(true_logit: float, false_logit: float) -> float:
+    """rank1.py L215-219 (and L152-156), transcribed: no rounding."""
+    true_score = math.exp(true_logit)
+    false_score = math.exp(false_logit)
+    return true_score / (true_score + false_score)
+
+
+# log-probabilities of " true" and " false" whose scores agree to 6 decimals, not after
+CONFIDENT = {"d1": (-1e-6, -13.9), "d2": (-1e-6, -14.3), "d3": (LN(0.2), LN(0.8))}
+
+
+def test_scores_that_agree_to_six_decimals_are_ordered_as_rank1s_are(tmp_path):
+    import pytrec_eval
+
+    from eval.evaluate import evaluate
+
+    def respond(messages, params):
+        doc = next(d for d, text in CORPUS.items() if text in messages[0]["content"])
+        lp_true, lp_false = CONFIDENT[doc]
+        top = [(" true", lp_true), (" false", lp_false)]
+        return scripted.Reply("It is. </think> true", [(" true", lp_true, top)])
+
+    result, _, _ = run_stage(tmp_path, respond)
+    original = {d: original_score(*lps) for d, lps in CONFIDENT.items()}
+    assert round(original["d1"], 6) == round(original["d2"], 6) and original["d2"] > original["d1"]
+    # the trace keeps each score as computed, unrounded
+    assert {s["doc_id"]: s["score"] for s in result["steps"]} == pytest.approx(original, rel=1e-12)
+    # MTEB hands the scores to pytrec_eval (run_mteb.py L82-91): d2 first; rounded to 6
+    # decimals they would tie and keep the first stage's order, d1 first
+    assert list(result["ranking"]) == ["d2", "d1", "d3"]
+    qrels = {"q1": {"d2": 1}}
+    want = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate({"q1": original})
+    got = evaluate(qrels, {"q1": result["ranking"]}).per_query["q1"]["NDCG@10"]
+    assert got == want["q1"]["ndcg_cut_10"] == 1.0
+    rounded = {d: round(s, 6) for d, s in original.items()}  # the stage before this fix
+    stable = sorted(rounded, key=lambda d: -rounded[d])
+    before = evaluate(qrels, {"q1": {d: 3.0 - i for i, d in enumerate(stable)}})
+    assert before.per_query["q1"]["NDCG@10"] < got

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
+import math
 import re
+import threading
 
 import pytest
+import pytrec_eval
 from ftfy import fix_text
 
 from agents.llm import LLM, scripted
@@ -201,17 +205,30 @@ def test_windows_are_called_in_order_and_each_sees_the_last_ones_result(tmp_path
 
 
 def test_both_presets_send_reasonranks_budget():
-    for preset in ("default", "paper"):
-        sent = resolve(preset, "reasonrank", "window", "hosted_vllm/liuwenhan/reasonrank-32B",
-                       "vllm").params  # fmt: skip
-        assert sent == {"temperature": 0.0, "max_tokens": 3172}
+    model = "hosted_vllm/liuwenhan/reasonrank-32B"
+    assert resolve("default", "reasonrank", "window", model, "vllm").params == {
+        "temperature": 0.0, "max_tokens": 3172,
+    }  # fmt: skip
+    # rank_listwise_os_llm.py L118-122: SamplingParams(temperature=0, max_tokens=3072 + 100),
+    # the rest vLLM's defaults, sent: a vLLM server would otherwise apply the checkpoint's
+    # generation_config.json (Qwen2.5's repetition_penalty 1.05) to a request that names none
+    assert resolve("paper", "reasonrank", "window", model, "vllm").params == {
+        "temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+        "max_tokens": 3172,
+    }  # fmt: skip
+    api = resolve("paper", "reasonrank", "window", "openai/gpt-4o", "openai")
+    assert api.params == {"temperature": 0.0, "max_tokens": 3172} and not api.not_sent
+    # the budget is the stage's option
+    small = resolve("paper", "reasonrank", "window", model, "vllm", options={"max_tokens": 64})
+    assert small.params["max_tokens"] == 64 and small.sources["max_tokens"] == "option max_tokens"
 
 
 def test_bad_options_are_refused():
     from agents.config import ConfigError
     from agents.stages import parse_stage
 
-    for spec in ("reasonrank,window=0", "reasonrank,step=0", "reasonrank,passage_tokens=0"):
+    for spec in ("reasonrank,window=0", "reasonrank,step=0", "reasonrank,passage_tokens=0",
+                 "reasonrank,max_tokens=0", "reasonrank,scores=model"):  # fmt: skip
         with pytest.raises(ConfigError):
             parse_stage(spec)
 
@@ -298,3 +315,230 @@ def test_a_tokenizer_that_does_not_load_stops_the_run_before_any_call(
     assert status == 2 and provider.calls == 0 and not (tmp_path / "runs").exists()
     assert f"--rerank {kind} option tokenizer: {missing}: no such folder" in err
     assert "Traceback" not in err
+
+
+# --- the new list's scores: rankllm.py L526, utils.py L194, trec_eval.py L23-30 ---------------
+
+
+class Candidate:
+    """data.py's Candidate, the two fields ``receive_permutation`` and the writer read."""
+
+    def __init__(self, docid: str, score: float) -> None:
+        self.docid, self.score = docid, score
+
+
+def original_receive_permutation(candidates, permutation: str, rank_start: int, rank_end: int):
+    """rankllm.py L511-527, transcribed (``permutation`` as ``_clean_response`` leaves it)."""
+    response = [int(x) - 1 for x in permutation.split()]
+    deduplicated = []
+    for c in response:
+        if c not in deduplicated:
+            deduplicated.append(c)
+    cut_range = copy.deepcopy(candidates[rank_start:rank_end])
+    original_rank = [tt for tt in range(len(cut_range))]
+    response = [ss for ss in deduplicated if ss in original_rank]
+    response = response + [tt for tt in original_rank if tt not in response]
+    for j, x in enumerate(response):
+        candidates[rank_start + j] = copy.deepcopy(cut_range[x])
+        candidates[rank_start + j].score = cut_range[j].score
+    return candidates
+
+
+def original_run(qid: str, candidates) -> dict[str, dict[str, float]]:
+    """utils.py L191-194 (TrecWriter) writes the list, trec_eval.py L23-30 reads it back."""
+    lines = [f"{qid} Q0 {c.docid} {rank} {c.score:.6f} reasonrank\n"
+             for rank, c in enumerate(candidates, 1)]  # fmt: skip
+    runs: dict[str, dict[str, float]] = {}
+    for line in lines:
+        line = line.split(" ")
+        runs.setdefault(line[0], {})[line[2]] = float(line[4])
+    return runs
+
+
+# 12 passages in one window; d03 and d12's places hold first-stage scores equal to 6 decimals
+TIED_FIRST_STAGE = {
+    "d01": 0.95, "d02": 0.9, "d03": 0.8000001, "d04": 0.8000004, "d05": 0.7, "d06": 0.65,
+    "d07": 0.6, "d08": 0.55, "d09": 0.5, "d10": 0.45, "d11": 0.4, "d12": 0.35,
+}  # fmt: skip
+# the model puts d12 fourth, just under d03, in the two places whose scores tie
+MODEL_ORDER = [1, 2, 3, 12, 4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_each_place_keeps_its_first_stage_score_and_pytrec_eval_orders_the_ties(tmp_path):
+    from eval.evaluate import evaluate
+
+    corpus = {d: f"passage {d}" for d in TIED_FIRST_STAGE}
+    reply = "<think>.</think><answer>" + " > ".join(f"[{i}]" for i in MODEL_ORDER) + "</answer>"
+    scripted.install(lambda messages, params: reply)
+
+    def rerank(**options):
+        ctx = StageContext(
+            corpus=corpus, task="toy", options={**DEFAULTS, **options},
+            llm=LLM(model="scripted/x", cache_dir=tmp_path / "cache"),
+            prompts=PromptBook(task="toy"),
+        )  # fmt: skip
+        return asyncio.run(build_reasonrank(ctx).rerank("q1", "q", TIED_FIRST_STAGE))["ranking"]
+
+    ours, positions = rerank(), rerank(scores="positions")
+    candidates = [Candidate(d, s) for d, s in TIED_FIRST_STAGE.items()]
+    permutation = " ".join(str(i) for i in MODEL_ORDER)
+    original = original_run("q1", original_receive_permutation(candidates, permutation, 0, 12))
+    assert ours == original["q1"]  # the same scores, place by place, to the sixth decimal
+    assert list(ours) == list(positions) == [f"d{i:02d}" for i in MODEL_ORDER]
+    qrels = {"q1": {"d12": 1}}
+    ndcg = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(original)
+    ours_ndcg = evaluate(qrels, {"q1": ours}).per_query["q1"]["NDCG@10"]
+    positions_ndcg = evaluate(qrels, {"q1": positions}).per_query["q1"]["NDCG@10"]
+    # pytrec_eval puts d12 before d03 (doc id descending): third, not fourth as the model said
+    assert ours_ndcg == pytest.approx(ndcg["q1"]["ndcg_cut_10"]) == pytest.approx(1 / math.log2(4))
+    assert positions_ndcg == pytest.approx(1 / math.log2(5)) != ours_ndcg
+
+
+# --- ftfy over the whole templated prompt: rank_listwise_os_llm.py L215-216 -------------------
+
+# Qwen2.5-Instruct's chat template for plain messages (its tool branches left out)
+QWEN25_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content "
+    "+ '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+ENTITY_QUERY = "Does AT&amp;T&#39;s &quot;fever&quot; plan cover a dose &lt; 5 mg?"
+ENTITY_CORPUS = {
+    "d1": "Doses &amp;lt; 5 mg are given by caf&eacute; staff.",
+    "d2": "AT&amp;T's plan covers fever visits.",
+    "d3": "Rust is a language.",
+}
+
+
+def test_entities_in_the_query_reach_the_model_as_the_whole_prompts_fix_text_leaves_them(
+    tmp_path,
+):
+    from transformers import AutoTokenizer
+
+    folder = tmp_path / "qwen"
+    tiny_models.qwen_tokenizer(folder, eos_template=False, padding_side="left",
+                               chat_template=QWEN25_TEMPLATE)  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    seen: list[list[dict]] = []
+
+    def respond(messages, params):
+        # a model that reads the query it is sent: the entities as written favour d2
+        seen.append(messages)
+        first = "[2] > [1]" if "AT&amp;T&#39;s" in messages[1]["content"] else "[1] > [2]"
+        return f"<think>.</think><answer>{first} > [3]</answer>"
+
+    scripted.install(respond)
+    ctx = StageContext(
+        corpus=ENTITY_CORPUS, task="toy", options={**DEFAULTS, "tokenizer": str(folder)},
+        llm=LLM(model="scripted/x", cache_dir=tmp_path / "cache"), prompts=PromptBook(task="toy"),
+    )  # fmt: skip
+    result = asyncio.run(build_reasonrank(ctx).rerank("q1", ENTITY_QUERY, RANKING3))
+    passages = [ENTITY_CORPUS[d] for d in RANKING3]
+    want = fix_text(tokenizer.apply_chat_template(
+        original_messages(tokenizer, ENTITY_QUERY, passages, 512), tokenize=False,
+        add_generation_prompt=True,
+    ))  # fmt: skip
+    ours = tokenizer.apply_chat_template(seen[0], tokenize=False, add_generation_prompt=True)
+    assert ours == want
+    user = seen[0][1]["content"]
+    # the query's entities stay (the prompt's first "<" turned ftfy's unescaping off); each
+    # passage was mended alone before (utils.py L103), its entities unescaped there
+    assert user.count("AT&amp;T&#39;s &quot;fever&quot; plan cover a dose &lt; 5 mg") == 2
+    assert "[1] Doses < 5 mg are given by café staff." in user
+    assert fix_text(user) != user  # mending the message alone would have unescaped the query
+    assert list(result["ranking"]) == ["d2", "d1", "d3"]
+
+
+RANKING3 = {"d1": 3.0, "d2": 2.0, "d3": 1.0}
+
+
+# --- the tokenizer and the sampling under --preset paper: L99, L210, L118-122 -----------------
+
+
+class VLLMServer:
+    """A vLLM-shaped chat server on loopback: each request's body is kept; every window is
+    answered "[2] > [1]" and the rest in order."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from tests.helpers import send_body
+
+        self.bodies: list[dict] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.bodies.append(body)
+                content = "<think>.</think><answer>[2] > [1]</answer>"
+                send_body(self, json.dumps({
+                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                }).encode())  # fmt: skip
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_the_paper_preset_cuts_with_the_served_checkpoints_tokenizer_and_sends_its_sampling(
+    tmp_path, toy_dir
+):
+    from transformers import AutoTokenizer
+
+    checkpoint = tmp_path / "liuwenhan" / "reasonrank-7B"  # a served folder: its tokenizer
+    tiny_models.qwen_tokenizer(checkpoint, eos_template=False, padding_side="left",
+                               chat_template=QWEN25_TEMPLATE)  # fmt: skip
+    server = VLLMServer()
+    try:
+        assert main([
+            "--agent", "none", "--dataset", str(toy_dir), "--preset", "paper",
+            "--model", f"hosted_vllm/{checkpoint}", "--api-base", server.url,
+            "--rerank", "reasonrank,depth=3,window=3,passage_tokens=6", "--limit", "1",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+            "--run-name", "p", "--quiet",
+        ]) == 0  # fmt: skip
+    finally:
+        server.close()
+    config = json.loads((tmp_path / "runs" / "p" / "config.json").read_text())
+    assert config["rerank"][0]["options"]["tokenizer"] == str(checkpoint)  # recorded
+    sent = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0,
+            "max_tokens": 3172}  # fmt: skip
+    assert config["sampling"]["rerank-1-reasonrank/window"]["params"] == sent
+    (body,) = server.bodies
+    assert {k: body[k] for k in sent} == sent  # vLLM's own fields sent beside OpenAI's
+    staged = read_records(tmp_path / "runs" / "p" / "toy" / "rerank-1-reasonrank" /
+                          "queries.jsonl")  # fmt: skip
+    (record,) = staged.values()
+    (step,) = record["steps"]
+    assert step["passages_cut_by"] == f"the tokenizer of {checkpoint}"
+    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    corpus = {json.loads(line)["id"]: json.loads(line)["text"]
+              for line in (toy_dir / "corpus.jsonl").read_text().splitlines()}  # fmt: skip
+    want = original_messages(tokenizer, record["query"], [corpus[d] for d in step["doc_ids"]], 6)
+    assert body["messages"][1]["content"] == fix_text(want[1]["content"], unescape_html=False)
+
+
+def test_the_paper_preset_refuses_a_checkpoint_tokenizer_it_cannot_load(tmp_path, toy_dir,
+                                                                         capsys):  # fmt: skip
+    status = main([
+        "--agent", "none", "--dataset", str(toy_dir), "--preset", "paper",
+        "--model", f"hosted_vllm/{tmp_path / 'no-such-checkpoint'}",
+        "--api-base", "http://127.0.0.1:9/v1", "--rerank", "reasonrank",
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+        "--run-name", "t", "--quiet",
+    ])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and not (tmp_path / "runs").exists()
+    assert err[-1].startswith("error: --rerank reasonrank option tokenizer (--preset paper")
+    assert "no-such-checkpoint" in err[-1]

@@ -144,3 +144,117 @@ rerank_depth = 5
     config.write_text(text.replace(chains, 'reranks = [["llm-pointwise"]]'))
     with pytest.raises(SweepError, match="options.rerank_window.*no stage of any rerank chain"):
         load_sweep(config)
+
+
+# --- budgets: each reasoning stage's is its option max_tokens ---------------------------------
+
+
+def judged(messages, params):
+    """Rank1's prompt gets a closed judgement; any other call a ReasonRank answer, or a text."""
+    prompt = messages[0]["content"]
+    if prompt.startswith("Determine if the following passage is relevant"):
+        top = [(" true", -0.1), (" false", -2.4)]
+        return scripted.Reply("It is. </think> true", [(" true", -0.1, top)])
+    if "Rank the" in messages[-1]["content"]:
+        return "<think>.</think><answer>[2] > [1]</answer>"
+    return "Metformin lowers hepatic glucose production."
+
+
+def test_budgets_are_options_with_the_originals_values_recorded():
+    rank1, reasonrank, listwise = stages(rerank=["rank1", "reasonrank", "llm-listwise"])
+    # rank1.py L35 max_output_tokens; rank_listwise_os_llm.py L121 reasoning_maxlen + 100
+    assert rank1.options["max_tokens"] == 8192 and reasonrank.options["max_tokens"] == 3172
+    assert (reasonrank.options["window"], reasonrank.options["step"]) == (20, 10)
+    assert (reasonrank.options["depth"], reasonrank.options["passage_tokens"]) == (100, 512)
+    assert "max_tokens" not in listwise.options  # no budget of its own: the run's
+    # --max-tokens fills the budget of every stage whose spec does not give one
+    rank1, reasonrank = stages(rerank=["rank1", "reasonrank,max_tokens=64"], max_tokens=50)
+    assert (rank1.options["max_tokens"], reasonrank.options["max_tokens"]) == (50, 64)
+
+
+def test_max_tokens_reaches_each_reasoning_stage_and_a_stages_own_budget_wins(tmp_path, toy_dir):
+    budgets: list[int] = []
+
+    def respond(messages, params):
+        budgets.append(params.get("max_tokens"))
+        return judged(messages, params)
+
+    scripted.install(respond)
+    assert main([
+        "--agent", "none", "--dataset", str(toy_dir), "--model", "scripted/x",
+        "--rerank", "rank1,depth=2", "--rerank", "reasonrank,depth=2,window=2,max_tokens=64",
+        "--max-tokens", "50", "--limit", "1",
+        "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+        "--run-name", "r", "--quiet",
+    ]) == 0  # fmt: skip
+    config = json.loads((tmp_path / "runs" / "r" / "config.json").read_text())
+    assert [s["options"]["max_tokens"] for s in config["rerank"]] == [50, 64]
+    sampling = config["sampling"]
+    assert sampling["rerank-1-rank1/judge"]["params"]["max_tokens"] == 50
+    assert sampling["rerank-2-reasonrank/window"]["params"]["max_tokens"] == 64
+    assert sorted(set(budgets)) == [50, 64]  # what the calls were sent
+
+
+def rerank_main(argv: list[str]) -> int:
+    from agents.rerank.__main__ import main as rerank
+
+    return rerank(argv)
+
+
+def test_a_rerank_of_an_llm_agents_run_gives_max_tokens_to_its_stages(tmp_path, toy_dir, capsys):
+    """The complaint: a finished run whose agent was sent --max-tokens 16 kept every stage at
+    that (or refused another --max-tokens). Its agent keeps its budget; the stages take theirs."""
+    budgets: list[int] = []
+
+    def respond(messages, params):
+        budgets.append(params.get("max_tokens"))
+        return judged(messages, params)
+
+    scripted.install(respond)
+    assert main([
+        "--agent", "hyde", "--dataset", str(toy_dir), "--model", "scripted/x", "--limit", "1",
+        "--max-tokens", "16", "--runs-dir", str(tmp_path / "runs"),
+        "--cache-dir", str(tmp_path / "cache"), "--run-name", "src", "--quiet",
+    ]) == 0  # fmt: skip
+    source = tmp_path / "runs" / "src"
+    budgets.clear()
+    assert rerank_main([str(source), "--rerank", "rank1,depth=2", "--max-tokens", "40",
+                        "--run-name", "rr", "--quiet"]) == 0  # fmt: skip
+    config = json.loads((tmp_path / "runs" / "rr" / "config.json").read_text())
+    assert config["llm"]["max_tokens"] == 16  # the source's agent, as it ran
+    assert config["rerank"][0]["options"]["max_tokens"] == 40
+    assert config["sampling"]["hyde/generate"]["params"]["max_tokens"] == 16
+    assert config["sampling"]["rerank-1-rank1/judge"]["params"]["max_tokens"] == 40
+    assert set(budgets) == {40}
+    # a stage's spec still wins, as --rerank-depth's stages do
+    assert rerank_main([str(source), "--rerank", "rank1,depth=2,max_tokens=8192",
+                        "--run-name", "own", "--quiet"]) == 0  # fmt: skip
+    own = json.loads((tmp_path / "runs" / "own" / "config.json").read_text())
+    assert own["sampling"]["rerank-1-rank1/judge"]["params"]["max_tokens"] == 8192
+    # no stage with a budget of its own: another --max-tokens is the agent's, refused
+    capsys.readouterr()
+    assert rerank_main([str(source), "--rerank", "llm-listwise", "--max-tokens", "40",
+                        "--run-name", "lw", "--quiet"]) == 2  # fmt: skip
+    assert "--max-tokens 40: the source run's agent used 16" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_embedded_model_judges_with_rank1_on_the_budget_it_is_given(tmp_path, toy_dir):
+    """The complaint, on the embedded model: rank1 after an agent's run sent 8,192 tokens a
+    judgement whatever --max-tokens said; now each judgement thinks at most 32."""
+    common = ["--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"),
+              "--quiet"]  # fmt: skip
+    source = ["--agent", "hyde", "--dataset", str(toy_dir), "--model", "local/smollm2-135m",
+              "--max-tokens", "8", "--limit", "1", "--run-name", "src"]  # fmt: skip
+    assert main([*source, *common]) == 0
+    assert rerank_main([str(tmp_path / "runs" / "src"), "--rerank", "rank1,depth=2",
+                        "--max-tokens", "32", "--run-name", "rr", *common]) == 0  # fmt: skip
+    run = tmp_path / "runs" / "rr"
+    config = json.loads((run / "config.json").read_text())
+    assert config["sampling"]["rerank-1-rank1/judge"]["params"]["max_tokens"] == 32
+    staged = read_records(run / "toy" / "rerank-1-rank1" / "queries.jsonl")
+    steps = [s for r in staged.values() for s in r["steps"]]
+    assert 1 <= len(steps) <= 2  # depth 2 of the agent's list
+    for step in steps:  # the judging call, and the forced token where there is one
+        forced = step.get("forced", {}).get("usage", {}).get("completion_tokens", 0)
+        assert step["usage"]["completion_tokens"] - forced <= 32

@@ -233,7 +233,8 @@ def test_choices_come_from_the_modules_that_implement_them():
 def test_the_modules_use_the_config_vocabulary():
     assert bm25.BM25_METHODS is BM25_METHODS
     assert dense.DTYPES is DTYPES
-    assert set(hybrid._RANX) == set(FUSION_METHODS)  # every listed method can be fused
+    # every listed method can be fused: ranx's, and DIVER's merge (hybrid.diver_minmax)
+    assert set(hybrid._RANX) | {"diver-minmax"} == set(FUSION_METHODS)
 
 
 def test_importing_the_config_loads_no_heavy_library():

@@ -124,7 +124,7 @@ def test_combsum_and_combmnz_fuse_min_max_normalised_scores():
     combmnz = fuse_runs([SOLO_A, SOLO_B], k=10, method="combmnz")["q"]
     assert combmnz == pytest.approx({"both": 1.6, "a1": 1.0, "b1": 1.0, "a0": 0.0, "b0": 0.0})
     assert list(combmnz)[:3] == ["both", "a1", "b1"]
-    assert set(FUSION_METHODS) == {"rrf", "combsum", "combmnz"}
+    assert set(FUSION_METHODS) == {"rrf", "combsum", "combmnz", "diver-minmax"}
     with pytest.raises(ValueError, match="unknown fusion method 'wsum'"):
         fuse_runs([SOLO_A, SOLO_B], k=10, method="wsum")
 

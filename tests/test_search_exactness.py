@@ -213,7 +213,7 @@ def test_o1_reads_a_search_query_written_while_thinking(toy):
             return scripted.Reply("\n**Final Information**\nStatins lower cholesterol.",
                                   reasoning="The documents name HMG-CoA reductase.")  # fmt: skip
         if len(messages) == 1:
-            return scripted.Reply("", reasoning=thought)
+            return scripted.Reply("", reasoning=thought, stop_reason=END_QUERY)
         return "Statins inhibit HMG-CoA reductase and lower cholesterol."
 
     scripted.install(respond)
@@ -234,8 +234,10 @@ def r1_thinker(messages, params):
     """A Search-R1 model whose tags are inside its thinking: a search, then an answer."""
     shown = "".join(str(m["content"]) for m in messages)
     if "Doc 1(Title:" not in shown:
-        return scripted.Reply("", reasoning="I need facts. <search> statins cholesterol")
-    return scripted.Reply("", reasoning="So: <answer> statins lower cholesterol")
+        return scripted.Reply("", reasoning="I need facts. <search> statins cholesterol",
+                              stop_reason="</search>")  # fmt: skip
+    return scripted.Reply("", reasoning="So: <answer> statins lower cholesterol",
+                          stop_reason="</answer>")  # fmt: skip
 
 
 def test_r1_reads_search_and_answer_written_while_thinking(toy):
@@ -256,9 +258,10 @@ def test_r1_reads_search_and_answer_written_while_thinking(toy):
 
 class VLLMLike:
     """A chat endpoint that answers as vLLM with a reasoning parser does: the text of a reply
-    that stopped while thinking is all ``reasoning_content``, its ``content`` null."""
+    that stopped while thinking is all ``reasoning_content``, its ``content`` null, and the
+    stop string that ended it is the choice's ``stop_reason``."""
 
-    def __init__(self, answer: Callable[[dict], str]) -> None:
+    def __init__(self, answer: Callable[[dict], tuple[str, str]]) -> None:
         outer = self
         self.bodies: list[dict] = []
 
@@ -269,11 +272,12 @@ class VLLMLike:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
-                message = {"role": "assistant", "content": None,
-                           "reasoning_content": answer(body)}  # fmt: skip
+                text, stop = answer(body)
+                message = {"role": "assistant", "content": None, "reasoning_content": text}
                 send_body(self, json.dumps({
                     "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+                    "choices": [{"index": 0, "finish_reason": "stop", "message": message,
+                                 "stop_reason": stop}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
                 }).encode())  # fmt: skip
 
@@ -283,7 +287,7 @@ class VLLMLike:
 
 
 @pytest.fixture
-def vllm_like() -> Iterator[Callable[[Callable[[dict], str]], VLLMLike]]:
+def vllm_like() -> Iterator[Callable[[Callable[[dict], tuple[str, str]]], VLLMLike]]:
     made: list[VLLMLike] = []
     yield lambda answer: made.append(VLLMLike(answer)) or made[-1]
     for server in made:
@@ -298,8 +302,8 @@ def test_r1_on_a_vllm_server_continues_with_the_reasoning_it_was_sent(toy, vllm_
     def answer(body):
         shown = "".join(str(m["content"]) for m in body["messages"])
         if "Doc 1(Title:" not in shown:
-            return "I need facts. <search> statins cholesterol"
-        return "So: <answer> statins lower cholesterol"
+            return "I need facts. <search> statins cholesterol", "</search>"
+        return "So: <answer> statins lower cholesterol", "</answer>"
 
     server = vllm_like(answer)
     argv = ["--model", "hosted_vllm/m", "--api-base", server.url]

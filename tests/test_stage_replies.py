@@ -17,6 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agents.llm import LLM, scripted
+from agents.llm.responses import Completion
+from agents.llm.text import whole_reply
 from agents.rerank import StageContext
 from agents.rerank.listwise import DEFAULTS as LISTWISE_DEFAULTS
 from agents.rerank.listwise import build_listwise
@@ -26,6 +28,7 @@ from agents.rerank.rank1 import DEFAULTS as RANK1_DEFAULTS
 from agents.rerank.rank1 import build_rank1, read_true
 from agents.rerank.reasonrank import DEFAULTS as REASONRANK_DEFAULTS
 from agents.rerank.reasonrank import build_reasonrank
+from eval.usage import Usage
 from prompts import PromptBook
 from tests.helpers import send_body
 
@@ -184,7 +187,7 @@ def test_rank1_a_tokenize_answer_of_the_wrong_shape_is_one_named_reason(
     assert outcomes == {"forced-unrestricted"}
     forced_by = result["steps"][0]["forced_by"]
     assert forced_by.startswith("none: the server's tokenize answer") and why in forced_by
-    assert [s["score"] for s in result["steps"]] == [0.8] * 3
+    assert [s["score"] for s in result["steps"]] == [pytest.approx(0.8)] * 3
 
 
 @pytest.mark.parametrize(
@@ -240,6 +243,61 @@ def test_rank1_a_reply_that_is_not_utf8_is_named_and_not_retried(serve, tmp_path
     assert {s["score"] for s in result["steps"]} == {0.5} and calls(result) == 3
 
 
+class SplitReplies:
+    """A served model whose server split each reply's thinking off, as a reasoning parser
+    does: ``reply(prompt)`` gives (reasoning, text, logprobs) for a raw prompt."""
+
+    model, server, api_base, cache_dir = "hosted_vllm/m", "vllm", None, None
+
+    def __init__(self, reply: Callable[[str], tuple[str | None, str, list]]) -> None:
+        self.reply = reply
+        self.prompts: list[str] = []
+
+    async def complete(self, prompt: str, **params) -> Completion:
+        self.prompts.append(prompt)
+        reasoning, text, logprobs = self.reply(prompt)
+        return Completion(text=text, finish_reason="stop", usage=Usage(calls=1), cached=False,
+                          model=self.model, logprobs=logprobs, reasoning=reasoning)  # fmt: skip
+
+
+def original_forced_prompt(prompt: str, text: str) -> str:
+    """rank1.py L112-124 ``_fix_incomplete_responses``, transcribed for one reply."""
+    text = text.rstrip()
+    if not text.endswith((".", "!", "?")):
+        last_punct = max(text.rfind("."), text.rfind("!"), text.rfind("?"))
+        if last_punct != -1:
+            text = text[: last_punct + 1]
+    return f"{prompt}\n{text.strip()}\n</think>"
+
+
+def test_rank1_reads_and_forces_the_reply_as_the_model_wrote_it(tmp_path):
+    """A reasoning parser moves what d2's reply wrote before its ``</think>`` into
+    reasoning_content; the reply never said " true" or " false" after it, so it is forced
+    (rank1.py L208-212), from vLLM's whole text as Rank1 gets it (L198, skip_special_tokens
+    False): "It treats fever." is the last sentence, not "maybe yes"."""
+    thought, after = "It treats fever. Maybe", "\n\nmaybe yes"
+
+    def reply(prompt: str) -> tuple[str | None, str, list]:
+        if prompt.endswith("</think>"):  # the forced token: true when the reasoning was kept
+            p = 0.9 if prompt.endswith("It treats fever.\n</think>") else 0.1
+            top = [(" true", math.log(p)), (" false", math.log(1 - p))]
+            return None, " true", [(" true", math.log(p), top)]
+        if "Aspirin" in prompt:
+            return thought, after, [(" yes", -0.1, [(" yes", -0.1)])]
+        top = [(" true", math.log(0.5)), (" false", math.log(0.5))]
+        return None, "Unrelated. </think> true", [(" true", math.log(0.5), top)]
+
+    llm = SplitReplies(reply)
+    ctx = context(llm, RANK1_DEFAULTS, "judge", force="none")
+    result = rerank(build_rank1, ctx)
+    d2 = next(s for s in result["steps"] if s["doc_id"] == "d2")
+    whole = f"{thought}</think>{after}"
+    assert d2["output"] == whole  # the trace keeps the reply whole
+    assert d2["forced"]["prompt"] == original_forced_prompt(d2["prompt"], whole)
+    assert d2["outcome"] == "forced" and d2["score"] == pytest.approx(0.9)
+    assert list(result["ranking"])[0] == "d2"  # from the text alone it would score 0.1, last
+
+
 # --- reasonrank -------------------------------------------------------------------------------
 
 
@@ -274,6 +332,15 @@ def test_reasonrank_keeps_the_whole_reply_with_its_reasoning(serve, tmp_path, co
 
 
 # --- pointwise --------------------------------------------------------------------------------
+
+
+def test_pointwise_keeps_the_whole_reply_and_reads_past_its_thinking(serve, tmp_path):
+    server = serve(lambda path, body: chat("<think>grade 3? no: 1</think>2"))
+    llm = LLM("openai/m", api_base=server.url, cache_dir=tmp_path / "cache")
+    result = rerank(build_pointwise, context(llm, POINTWISE_DEFAULTS, "judge", judge="grade"))
+    step = result["steps"][0]
+    assert step["output"] == "<think>grade 3? no: 1</think>2"  # as received
+    assert step["reply"] == "2" and step["score"] == pytest.approx(2 / 3)  # read past it
 
 
 def test_pointwise_a_null_yes_logprob_is_missing_not_certainty(serve, tmp_path):
@@ -342,3 +409,24 @@ def test_listwise_an_unreadable_reply_keeps_the_window(serve, tmp_path):
     assert [s["outcome"] for s in result["steps"]] == ["unusable-reply"]
     assert list(result["ranking"]) == ["d1", "d2", "d3"]
     assert_clean(result)
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "text", "opened", "finish", "stop", "written"),
+    [
+        (None, "answer", False, "stop", None, "answer"),
+        ("thought", " answer", False, "stop", None, "<think>thought</think> answer"),
+        # closed, nothing after it: litellm splits "<think>thought</think>" so
+        ("thought", "", False, "stop", None, "<think>thought</think>"),
+        # no text, ended by a stop string or the budget: stopped while thinking, still open
+        ("thought <search>q", "", False, "stop", "</search>", "<think>thought <search>q"),
+        ("thought", "", False, "length", None, "<think>thought"),
+        # the prompt opened <think> (Rank1's): the model wrote only its closing tag
+        ("thought", " true", True, "stop", None, "thought</think> true"),
+        ("thought", "", True, "length", None, "thought"),
+    ],
+)
+def test_a_reply_is_rebuilt_as_the_model_wrote_it(reasoning, text, opened, finish, stop, written):
+    completion = Completion(text=text, finish_reason=finish, usage=Usage(calls=1), cached=False,
+                            model="m", stop_reason=stop, reasoning=reasoning)  # fmt: skip
+    assert whole_reply(completion, opened=opened) == written

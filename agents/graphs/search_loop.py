@@ -33,10 +33,11 @@ Final ranking (option ``final_ranking``), always retrieved at ``ctx.depth`` with
   retrieved on the way plus the ``answer`` list; with no search it is the ``answer`` list.
 * ``trace``: the whole trajectory, tags removed, as BM25 text and dense expansion.
 
-Replies are read, and the trajectory goes on, as the model wrote them (`model_text`): litellm
-moves a reply's leading ``<think>...</think>`` into ``reasoning_content`` for ``openai/`` and
-``hosted_vllm/`` models (and vLLM's reasoning parsers send it there), while the originals read
-vLLM's raw text, tags written while thinking included.
+Replies are read, and the trajectory goes on, as the model wrote them
+(`agents.llm.text.whole_reply`): litellm moves a reply's leading ``<think>...</think>``
+into ``reasoning_content`` for ``openai/`` and ``hosted_vllm/`` models (and vLLM's reasoning
+parsers send it there), while the originals read vLLM's raw text, tags written while thinking
+included.
 """
 
 from __future__ import annotations
@@ -47,7 +48,6 @@ from typing import Any
 
 from agents.graphs.combine import NO_TERM, falls_back, r2med_request
 from agents.graphs.context import AgentContext, AgentState, fuse_lists, search_step
-from agents.llm.responses import Completion, whole_reply
 from retrievers.base import SearchRequest
 
 LLM_MODES = ("auto", "continue", "chat")
@@ -150,17 +150,6 @@ def parse_call(
     if finish_reason == "length":
         return None, text
     return rest.strip(), text + end
-
-
-def model_text(completion: Completion) -> str:
-    """The reply as the model wrote it: the thinking a provider split off back before the
-    text (`agents.llm.responses.whole_reply`). A reply with thinking and no text stopped while
-    thinking (a stop string hit there: a reasoning parser then returns it all as reasoning),
-    so its ``<think>`` stays open, as the model left it, and a tag in it stays the last thing
-    written."""
-    if completion.reasoning is not None and not completion.text:
-        return f"<think>{completion.reasoning}"
-    return whole_reply(completion)
 
 
 _TAG = re.compile(r"<\|?/?[a-z_]+\|?>")

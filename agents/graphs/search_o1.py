@@ -31,7 +31,7 @@ that whole text (L701). So here: a trajectory that reaches ``max_turns`` still a
 search ends after that search (the "limit" step says so), its result in the output the final
 ranking reads and its list among those ``fuse`` fuses.
 
-Tags are read from the reply as the model wrote it (`agents.graphs.search_loop.model_text`):
+Tags are read from the reply as the model wrote it (`agents.llm.text.whole_reply`):
 litellm moves a leading ``<think>...</think>`` into ``reasoning_content`` for ``openai/`` and
 ``hosted_vllm/`` models, and a search query written while thinking is still a search, as it is
 in Search-o1, which reads vLLM's raw text (L522, L529). The trajectory goes on with the whole
@@ -77,7 +77,6 @@ from agents.graphs.search_loop import (
     env_segment,
     final_ranking,
     model_segment,
-    model_text,
     parse_call,
     resolve_llm_mode,
     transcript,
@@ -85,7 +84,7 @@ from agents.graphs.search_loop import (
 from agents.llm.dry import Reply, WorstCase
 from agents.llm.embedded import is_local
 from agents.llm.steps import llm_call
-from agents.llm.text import answer_text
+from agents.llm.text import answer_text, whole_reply
 from retrievers.base import SearchRequest
 
 BEGIN_QUERY = "<|begin_search_query|>"
@@ -253,7 +252,7 @@ def build_graph(ctx: AgentContext) -> Any:
         prompt = instruction.render(query=state["query"], max_searches=max_searches)
         messages = build_messages(prompt, segments, mode, chat_prompt)
         completion, step = await llm_call(ctx, "reason", messages, stop=[END_QUERY])
-        text = model_text(completion)  # the thinking a provider split off is the model's text
+        text = whole_reply(completion)  # the thinking a provider split off is the model's text
         turn = read(text, completion)
         call = turn.query
         step |= {"llm_mode": mode, "search_query": call, "output": text}
@@ -331,7 +330,7 @@ def build_graph(ctx: AgentContext) -> Any:
             documents=format_documents(texts, options["doc_chars"]),
         )
         completion, step = await llm_call(ctx, "documents", [{"role": "user", "content": prompt}])
-        text = model_text(completion)  # "**Final Information**" is read from the whole reply
+        text = whole_reply(completion)  # "**Final Information**" is read from the whole reply
         information = final_information(text, options["information"])
         step |= {"output": text, "information": information}
         return {

@@ -48,7 +48,7 @@ cut falls on the messages instead: whole messages, then the start of the first o
 reaches, counted by `agents.llm.tokens.model_counter`, so the chat template's tokens stay,
 and ``context_cut`` says so. The transcript the final ranking reads is never cut.
 
-Tags are read from the reply as the model wrote it (`agents.graphs.search_loop.model_text`):
+Tags are read from the reply as the model wrote it (`agents.llm.text.whole_reply`):
 litellm moves a leading ``<think>...</think>`` into ``reasoning_content`` for ``openai/`` and
 ``hosted_vllm/`` models, while Search-R1 reads the whole decoded response (L56-66, L422), so a
 ``<search>`` or ``<answer>`` written inside the thinking is still the turn's action, and the
@@ -85,12 +85,12 @@ from agents.graphs.search_loop import (
     env_segment,
     final_ranking,
     model_segment,
-    model_text,
     resolve_llm_mode,
 )
 from agents.llm.dry import Reply, WorstCase
 from agents.llm.embedded import is_local
 from agents.llm.steps import llm_call, llm_complete_call
+from agents.llm.text import whole_reply
 from agents.llm.tokens import Counter, model_counter
 from retrievers.base import SearchRequest
 
@@ -358,7 +358,7 @@ def build_graph(ctx: AgentContext) -> Any:
         if last and final_nudge is not None:
             segments.append(env_segment(final_nudge.render(), wrap=False))
         completion, step = await call(question(state), segments)
-        text = model_text(completion)  # the thinking a provider split off is the model's text
+        text = whole_reply(completion)  # the thinking a provider split off is the model's text
         action, content, kept = parse_action(text, completion.finish_reason, completion.stop_reason)
         step |= {"llm_mode": mode, "action": action, "content": content, "final_turn": last}
         step["output"] = text

@@ -14,7 +14,7 @@ positive value is missing (None), never read as 0.0 (probability 1); -inf is pro
 
 litellm moves a reply's leading ``<think>...</think>`` into ``reasoning_content`` (as servers
 with a reasoning parser send it); it is kept as the completion's ``reasoning``, and
-`whole_reply` gives the reply as the model wrote it, the thinking first.
+`agents.llm.text.whole_reply` gives the reply as the model wrote it, the thinking first.
 """
 
 from __future__ import annotations
@@ -60,14 +60,6 @@ class Completion:
             "content": self.text or None,
             "tool_calls": [call.to_message() for call in self.tool_calls],
         }
-
-
-def whole_reply(completion: Completion) -> str:
-    """The reply as the model wrote it: its split-off reasoning back in ``<think>`` tags
-    before the text, where there is one (a reader of the whole reply, e.g. ReasonRank's)."""
-    if completion.reasoning is None:
-        return completion.text
-    return f"<think>{completion.reasoning}</think>{completion.text}"
 
 
 def unreadable_reply(exc: BaseException | None) -> str | None:

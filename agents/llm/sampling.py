@@ -17,7 +17,10 @@ provider's model).
 
 An explicit setting (``--temperature``, ``--top-p``, ``--top-k-sampling``, ``--seed``,
 ``--repetition-penalty``, ``--max-tokens``) wins over the preset for every call. A parameter the
-family does not take is not sent, and `Sampling.not_sent` says why; the run records both.
+family does not take is not sent, and `Sampling.not_sent` says why; the run records both. A
+rule may take a value from the stage's options (`Rule.from_options`: the reasoning stages'
+budget is their option ``max_tokens``, the original's by default), which an explicit setting
+passed here still beats (`agents.plan.record_sampling` passes a stage's own budget as one).
 
 What an original does beyond sampling is an agent option (recorded with the run's options, and
 given by ``--option`` like any other): `OPTION_RULES` lists the values a preset gives them, per
@@ -49,11 +52,15 @@ OPEN_SERVERS = ("vllm", "sglang", "llamacpp")
 REASONING_BUDGET = 25_000  # OpenAI, "Reasoning models": reserve at least 25,000 tokens
 OPEN_REASONING_BUDGET = 10_240  # R2MED src/generate_hypothetical_doc.py L247
 REASONRANK_MAXLEN = 3072  # 8421BCD/ReasonRank run_rank_llm.sh --reasoning_maxlen
+RANK1_MAX_OUTPUT = 8192  # orionw/rank1 rank1.py L35 max_output_tokens
 
 GENERATE = ("hyde", "query2doc", "lamer")
 R2MED_GEN = "R2MED/R2MED src/generate_hypothetical_doc.py"
 SEARCH_O1 = "sunnynexus/Search-o1 scripts/run_search_o1.py"
 SEARCH_R1 = "PeterGriffinJin/Search-R1"
+REASONRANK = "8421BCD/ReasonRank rerank/rank_listwise_os_llm.py"
+GROUPRANK = "AQ-MedAI/Diver Reranker/rerank_groupwise.py"
+DIVER_POINTWISE = "AQ-MedAI/Diver Reranker/rerank_pointwise.py"
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,8 @@ class Rule:
     nodes: tuple[str, ...] = ("*",)
     # a condition on (model, stage or agent options), e.g. Search-o1's settings for QwQ
     when: Callable[[str, Mapping[str, Any]], bool] | None = None
+    # parameter -> the option whose value is sent for it (``params`` holds its default)
+    from_options: Mapping[str, str] = field(default_factory=dict)
 
     def matches(self, preset: str, method: str, node: str, family: str, model: str,
                 options: Mapping[str, Any]) -> bool:  # fmt: skip
@@ -95,6 +104,10 @@ def _reasons(model: str, options: Mapping[str, Any]) -> bool:
 
 
 _O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-143
+# what vLLM's SamplingParams defaults to, sent where an original left them at that
+_VLLM_NEUTRAL = {"top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
+_GROUPRANK = {"temperature": 0.3, "top_p": 0.8, "max_tokens": 8000}  # rerank_groupwise.py L40
+_DIVER_POINT = {"temperature": 0.6, "top_p": 0.9, "max_tokens": 128}  # rerank_pointwise.py L24
 RULES: tuple[Rule, ...] = (
     # --- paper: R2MED's generation-augmented baselines --------------------------------------
     Rule(
@@ -199,10 +212,13 @@ RULES: tuple[Rule, ...] = (
         "paper",
         ("search-r1",),
         "open",
-        {"temperature": 0.0, "max_tokens": 500},
+        {"temperature": 0.0, **_VLLM_NEUTRAL, "max_tokens": 500},
         f"{SEARCH_R1} scripts/nq_hotpotqa/evaluate.sh L21 (max_response_length 500 a turn), "
         "verl/trainer/ppo/ray_trainer.py L508 + verl/workers/rollout/vllm_rollout/"
-        "vllm_rollout.py L162-171 (validation is greedy)",
+        "vllm_rollout.py L162-171 (validation is greedy: top_p 1.0, top_k -1, temperature 0; "
+        "its min_p 0.0 is not sent, greedy decoding ignores it), L105-121 (no "
+        "repetition_penalty: vLLM's SamplingParams default 1.0, sent so that a server does "
+        "not take the checkpoint's generation_config.json)",
     ),
     Rule(
         "paper",
@@ -240,15 +256,39 @@ RULES: tuple[Rule, ...] = (
         )
         for family in ("api", "open")
     ),
-    # ReasonRank's and Rank1's budgets are part of their protocols: both presets send them
+    # ReasonRank's and Rank1's budgets are part of their protocols: both presets send them, the
+    # stage's option max_tokens (the original's by default); the paper preset also sends what
+    # vLLM's SamplingParams defaulted (top_p 1, top_k off, no repetition penalty), which a vLLM
+    # server would otherwise take from the checkpoint's generation_config.json (Qwen2.5: 1.05)
+    Rule(
+        "paper",
+        ("reasonrank",),
+        "open",
+        {"temperature": 0.0, **_VLLM_NEUTRAL, "max_tokens": REASONRANK_MAXLEN + 100},
+        f"{REASONRANK} L118-122: SamplingParams(temperature=0, max_tokens=reasoning_maxlen + "
+        "100) (run_rank_llm.sh: --reasoning_maxlen 3072), its top_p (1.0), top_k (-1, off) "
+        "and repetition_penalty (1.0) vLLM's defaults",
+        from_options={"max_tokens": "max_tokens"},
+    ),
+    Rule(
+        "paper",
+        ("rank1",),
+        "open",
+        {"temperature": 0.0, **_VLLM_NEUTRAL, "max_tokens": RANK1_MAX_OUTPUT},
+        "orionw/rank1 rank1.py L35, L86-92: SamplingParams(temperature=0, max_tokens="
+        "max_output_tokens=8192), its top_p (1.0), top_k (-1, off) and repetition_penalty "
+        "(1.0) vLLM's defaults",
+        from_options={"max_tokens": "max_tokens"},
+    ),
     *(
         Rule(
             preset,
             ("reasonrank",),
             family,
             {"temperature": 0.0, "max_tokens": REASONRANK_MAXLEN + 100},
-            "8421BCD/ReasonRank rerank/rank_listwise_os_llm.py L118-122: temperature=0, "
-            "max_tokens=reasoning_maxlen + 100 (run_rank_llm.sh: --reasoning_maxlen 3072)",
+            f"{REASONRANK} L118-122: temperature=0, max_tokens=reasoning_maxlen + 100 "
+            "(run_rank_llm.sh: --reasoning_maxlen 3072)",
+            from_options={"max_tokens": "max_tokens"},
         )
         for preset in PRESETS
         for family in ("api", "open")
@@ -258,11 +298,62 @@ RULES: tuple[Rule, ...] = (
             preset,
             ("rank1",),
             family,
-            {"temperature": 0.0, "max_tokens": 8192},
+            {"temperature": 0.0, "max_tokens": RANK1_MAX_OUTPUT},
             "orionw/rank1 rank1.py L35, L86-92: temperature=0, max_output_tokens=8192",
+            from_options={"max_tokens": "max_tokens"},
         )
         for preset in PRESETS
         for family in ("api", "open")
+    ),
+    # GroupRank's sampling under both presets, its budget the stage's option max_tokens; the
+    # paper preset also sends what vLLM's SamplingParams defaulted (top_k off, no repetition
+    # penalty), which a vLLM server would otherwise take from the checkpoint's
+    # generation_config.json. logprobs=10 is not sent: only the text is read (L159).
+    Rule(
+        "paper",
+        ("grouprank",),
+        "open",
+        {**_GROUPRANK, "top_k": -1, "repetition_penalty": 1.0},
+        f"{GROUPRANK} L40: SamplingParams(temperature=0.3, top_p=0.8, max_tokens=8000), its "
+        "top_k (-1, off) and repetition_penalty (1.0) vLLM's defaults",
+        from_options={"max_tokens": "max_tokens"},
+    ),
+    *(
+        Rule(
+            preset,
+            ("grouprank",),
+            family,
+            _GROUPRANK,
+            f"{GROUPRANK} L40: SamplingParams(temperature=0.3, top_p=0.8, max_tokens=8000)",
+            from_options={"max_tokens": "max_tokens"},
+        )
+        for preset in PRESETS
+        for family in FAMILIES
+    ),
+    # DIVER's pointwise stage under both presets, its budget the stage's option max_tokens; the
+    # paper preset also sends what vLLM's SamplingParams defaulted (top_k off, no repetition
+    # penalty), which a vLLM server would otherwise take from the checkpoint's
+    # generation_config.json. logprobs=10 is not sent: no line reads them (L60-78).
+    Rule(
+        "paper",
+        ("diver-pointwise",),
+        "open",
+        {**_DIVER_POINT, "top_k": -1, "repetition_penalty": 1.0},
+        f"{DIVER_POINTWISE} L24: SamplingParams(temperature=0.6, top_p=0.9, max_tokens=128), "
+        "its top_k (-1, off) and repetition_penalty (1.0) vLLM's defaults",
+        from_options={"max_tokens": "max_tokens"},
+    ),
+    *(
+        Rule(
+            preset,
+            ("diver-pointwise",),
+            family,
+            _DIVER_POINT,
+            f"{DIVER_POINTWISE} L24: SamplingParams(temperature=0.6, top_p=0.9, max_tokens=128)",
+            from_options={"max_tokens": "max_tokens"},
+        )
+        for preset in PRESETS
+        for family in FAMILIES
     ),
     # --- default: every call, and the paper preset's fallback for what no original ran -------
     Rule(
@@ -351,6 +442,10 @@ def resolve(
     )  # fmt: skip
     params = dict(rule.params)
     sources = dict.fromkeys(params, rule.source)
+    for key, option in rule.from_options.items():
+        if option in options and options[option] != params.get(key):
+            params[key] = options[option]
+            sources[key] = f"option {option}"
     for key, value in (explicit or {}).items():
         if value is None:
             continue
@@ -414,8 +509,8 @@ def describe(sampling: Sampling) -> str:
 
 @dataclass(frozen=True)
 class OptionRule:
-    """Agent options ``preset`` ("*": every preset) gives ``methods``, where ``when`` holds on
-    the model's name."""
+    """Agent or rerank stage options ``preset`` ("*": every preset) gives ``methods``, where
+    ``when`` holds on the model's name (a stage's own model: a cross-encoder's, an LLM's)."""
 
     preset: str
     methods: tuple[str, ...]
@@ -452,6 +547,8 @@ OPTION_RULES: tuple[OptionRule, ...] = (
     OptionRule("paper", ("search-r1",), {"context_tokens": 4096}, _R1_CONTEXT),
     OptionRule("paper", ("search-r1",), {"question_mark": True}, _R1_QUESTION),
     OptionRule("paper", ("search-o1", "search-r1"), {"query_fallback": False}, _R2MED_NO_FALLBACK),
+    # a rerank stage's too (agents.config.RunConfig), ``model`` the stage's own; a condition
+    # only a stage knows is its spec's ``preset_options`` (agents.specs.StageSpec)
 )
 
 

@@ -32,6 +32,7 @@ class Reply:
     logprobs: list[tuple[str, float, list[tuple[str, float]]]] | None = None
     tool_calls: list[tuple[str, Any]] = field(default_factory=list)
     reasoning: str | None = None  # the message's reasoning_content
+    stop_reason: str | None = None  # the stop string that ended it, as vLLM names it
 
 
 Respond = Callable[[list[dict], dict[str, Any]], "str | Reply | Exception"]
@@ -51,11 +52,11 @@ class ScriptedProvider(litellm.CustomLLM):
         outcome = self.respond(messages, kwargs.get("optional_params") or {})
         if isinstance(outcome, Exception):
             raise outcome
-        logprobs = None
+        logprobs, stopped_by = None, None
         if not isinstance(outcome, Reply):
             message = litellm_types.Message(role="assistant", content=outcome)
         else:
-            logprobs = choice_logprobs(outcome.logprobs)
+            logprobs, stopped_by = choice_logprobs(outcome.logprobs), outcome.stop_reason
             message = litellm_types.Message(
                 role="assistant", content=outcome.text, reasoning_content=outcome.reasoning
             )
@@ -85,6 +86,7 @@ class ScriptedProvider(litellm.CustomLLM):
                     finish_reason="tool_calls" if message.tool_calls else "stop",
                     message=message,
                     logprobs=logprobs,
+                    provider_specific_fields={"stop_reason": stopped_by} if stopped_by else None,
                 )
             ],
             usage=litellm_types.Usage(

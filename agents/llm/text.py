@@ -14,12 +14,17 @@ the names the same models are served under (hub ids, litellm model strings):
 * ``none``: any other model: the text as written.
 
 `answer_text` (the text after the *last* ``</think>``) is for readers that look for one verdict
-at the end of a reply, such as the rerank stages' judges.
+at the end of a reply, such as the rerank stages' judges. `whole_reply` is a reply as the model
+wrote it, where a provider (or litellm) split its thinking off into ``reasoning_content``.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agents.llm.responses import Completion
 
 THINK_END = "</think>"
 
@@ -104,3 +109,21 @@ def read_response(text: str, parser: str) -> str:
 def answer_text(text: str) -> str:
     """The part of a reply after its last ``</think>`` (all of it otherwise), stripped."""
     return text.rsplit(THINK_END, 1)[-1].strip()
+
+
+def whole_reply(completion: Completion, opened: bool = False) -> str:
+    """The reply as the model wrote it: its split-off reasoning back in ``<think>`` tags
+    before the text, where there is one (a reader of the whole reply, e.g. ReasonRank's).
+
+    ``opened``: the prompt itself opened the ``<think>`` (Rank1's), so the model did not write
+    one. A reply of reasoning alone that the length limit or a stop string ended (the backend
+    says which) stopped while thinking: a reasoning parser returns all of it as reasoning, and
+    its ``<think>`` stays open as the model left it, so that a tag written there (a search
+    query's) is still the last thing written."""
+    if completion.reasoning is None:
+        return completion.text
+    head = "" if opened else "<think>"
+    cut = completion.finish_reason == "length" or completion.stop_reason is not None
+    if not completion.text and cut:
+        return f"{head}{completion.reasoning}"
+    return f"{head}{completion.reasoning}</think>{completion.text}"

@@ -9,7 +9,7 @@ records of the stage before it and saves its own, so a stage never recomputes ea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +28,14 @@ class StageContext:
     cache_dir: Path | None = None
     # node -> the parameters its LLM calls are sent (agents.llm.sampling)
     sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # query id -> the length of its input list, for every query the stage runs over, in the
+    # task's order (`agents.plan.Plan.stage_context`): for a stage whose draws run over the
+    # whole task in order (GroupRank's shuffle stream); empty when built for one query
+    list_lengths: Mapping[str, int] = field(default_factory=dict)
+    # (kind, options given) -> (its options typed, the stage built in this context): for a
+    # stage made of other stages (point-list); the run fills it (`agents.plan`), which knows
+    # every kind
+    build_stage: Callable[[str, Mapping[str, Any]], tuple[dict[str, Any], Any]] | None = None
 
 
 def ranked(order: Sequence[str]) -> dict[str, float]:

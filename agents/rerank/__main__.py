@@ -21,7 +21,9 @@ otherwise, keeping each pair's highest score.
 
 The stages call ``--rerank-model`` (default: the source run's model, or the embedded model
 when the source called none). Temperature and max tokens are the source's LLM settings when
-its agent called a model, so that its config stays true for both stages.
+its agent called a model, so that its config stays true for both stages; ``--max-tokens`` is
+then the budget of the stages that have one (option ``max_tokens``: reasonrank, rank1, ...),
+as their specs' ``max_tokens=`` is.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from agents.registry import STAGES
 from agents.serialise import from_dict
 from agents.settings import add_arguments, from_settings, settings_from_args
-from agents.stages import STAGE_WIDE, stages_with
+from agents.stages import STAGE_WIDE, stage_kind, stages_with, takes_wide
 from eval.runs import NotARunFolder, RunFolder
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 
@@ -115,8 +117,11 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"{RunFolder(source_dir).config_path}: {e}") from None
     wide = {STAGE_WIDE[k]: v for k, v in settings.items() if k in STAGE_WIDE}
-    stages = stages_with(settings["rerank"], wide)
     llm_given = {k: settings[k] for k in LLM_FLAGS if k in settings}
+    if source.llm is not None and source.agent_calls_llm and _budgets(settings, source):
+        # the agent keeps its budget; the stages that have one of their own take this one
+        wide["max_tokens"] = llm_given.pop("max_tokens")
+    stages = stages_with(settings["rerank"], wide)
     if source.llm is not None and source.agent_calls_llm:
         for key in WHAT_THE_SOURCE_DECIDES:
             if key in llm_given and llm_given[key] != getattr(source.llm, key):
@@ -143,6 +148,16 @@ def rerank_config(source_dir: Path, settings: dict) -> RunConfig:
         cache_dir=settings.get("cache_dir") or source.cache_dir,
         timeout=settings.get("timeout", source.timeout),
     )
+
+
+def _budgets(settings: dict, source: RunConfig) -> bool:
+    """Whether ``--max-tokens`` differs from the source agent's and some stage has a budget
+    option (``max_tokens``) for it."""
+    assert source.llm is not None
+    given = settings.get("max_tokens")
+    if given is None or given == source.llm.max_tokens:
+        return False
+    return any(takes_wide(stage_kind(text), "max_tokens") for text in settings["rerank"])
 
 
 def run_file_config(

@@ -108,6 +108,18 @@ def check_options(options: dict[str, Any]) -> None:
         )
 
 
+# R2MED's reranker rows score only the reranked top k (R2MED/R2MED at 62b7074)
+R2MED_TOP_K = (
+    "R2MED src/eval_reranker.py L112-119: each query's list is the reranked top_k alone "
+    "(L118 sorts the scores and keeps [:top_k])"
+)
+
+
+def preset_options(preset: str, model: str, server: str) -> dict[str, Any]:
+    """``--preset paper`` ends an R2MED reranker's list at its depth (`R2MED_TOP_K`)."""
+    return {"keep_rest": False} if preset == "paper" and rule_by_name(model) else {}
+
+
 CROSS = StageSpec(
     "cross",
     "cross-encoder over the top depth documents (model: hub name or path); R2MED's rerankers "
@@ -117,6 +129,7 @@ CROSS = StageSpec(
     defaults=DEFAULTS,
     check_options=check_options,
     models={"model": "model", "base": "model"},
+    preset_options=preset_options,
 )
 
 

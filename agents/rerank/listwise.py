@@ -14,11 +14,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-# Light imports only: agents.registry pulls in this module, and agents.llm.steps needs no LLM
-# library until a call is made.
 from agents.llm.errors import LLMReplyError, is_context_overflow
 from agents.llm.steps import llm_call
-from agents.llm.text import answer_text
+
+# Light imports only: agents.registry pulls in this module, and agents.llm.steps needs no LLM
+# library until a call is made.
+from agents.llm.text import answer_text, whole_reply
 from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
 from eval.usage import Usage
@@ -184,8 +185,6 @@ class ListwiseReranker:
                 completion, call = await llm_call(
                     self.ctx, "window", self.messages(query, ids, scores, words)
                 )
-                from agents.llm.responses import whole_reply  # loaded with the client
-
                 # the reply as received: litellm moves a leading <think>...</think> into
                 # reasoning_content; the trace keeps it, and answer_text reads past it
                 text = whole_reply(completion)

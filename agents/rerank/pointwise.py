@@ -24,7 +24,7 @@ from typing import Any
 
 from agents.llm.errors import LLMReplyError
 from agents.llm.steps import llm_call
-from agents.llm.text import THINK_END, answer_text
+from agents.llm.text import THINK_END, answer_text, whole_reply
 from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.listwise import cut_words
 from agents.specs import StageSpec
@@ -180,7 +180,7 @@ class PointwiseReranker:
                 completion, call = await llm_call(self.ctx, "judge", messages, **self._params(True))
             except LLMReplyError as exc:
                 return _unusable(messages, str(exc))
-            text, logprobs = completion.text, completion.logprobs
+            text, logprobs = whole_reply(completion), completion.logprobs
             if logprobs is not None:
                 outcome, note = "logprobs", None
                 try:
@@ -209,7 +209,7 @@ class PointwiseReranker:
             completion, call = await llm_call(self.ctx, "judge", messages, **self._params(False))
         except LLMReplyError as exc:
             return _unusable(messages, str(exc), spent)
-        text = completion.text
+        text = whole_reply(completion)
         grade = parse_grade(text, last)
         score = None if grade is None else grade / 3
         step = _judged(call, text, score, "grade", None if grade is not None else NO_JUDGEMENT)
@@ -242,6 +242,7 @@ def _judged(
         "judged_by": source,
         "note": note,
         **{k: v for k, v in call.items() if k != "node"},
+        "output": text,  # the whole reply, the reasoning too
     }
 
 

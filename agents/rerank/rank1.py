@@ -9,16 +9,30 @@ Rank1 (Weller et al. 2025; github.com/orionw/rank1 at 30585c2, ``rank1.py``) jud
   ``FILL_QUERY_HERE`` our ``{query}``; L242); ``prompts.py`` has none for R2MED's tasks, so
   ``get_prompt`` returns None and the query is sent as it is (``prompts/rank1-query/``, where
   a per-task instruction may be added);
-* sampling (L86-92): temperature 0, ``max_tokens`` 8,192, ``logprobs=20``, stop at
-  ``"</think> true"`` or ``"</think> false"`` (the sampling table under both presets);
+* sampling (L86-92): temperature 0, ``max_tokens`` 8,192 (``max_output_tokens``, L35: the
+  stage's option ``max_tokens``, which ``--max-tokens`` fills where the stage's spec does not),
+  ``logprobs=20``, stop at ``"</think> true"`` or ``"</think> false"`` (the sampling table
+  under both presets; ``--preset paper`` also sends the top_p, top_k and repetition_penalty
+  vLLM's ``SamplingParams`` defaulted to, which a vLLM server would otherwise take from the
+  checkpoint's generation_config.json);
 * the score (L197-223): at the reply's last token (the one that completed the stop string),
   P(true) / (P(true) + P(false)) from the log-probabilities of the tokens " true" and
   " false", which must both be among its alternatives;
 * otherwise the reply is forced (``_fix_incomplete_responses`` L94-162): cut after its last
   ``.``, ``!`` or ``?`` (when it does not end in one), the prompt sent again as
   ``f"{prompt}\\n{cut}\\n</think>"`` for one token restricted to " true" and " false"
-  (``allowed_token_ids``, temperature 0, ``logprobs=20``), scored the same way; a forced reply
-  whose last position lacks either token scores 0.5 (L140-149).
+  (``allowed_token_ids``, temperature 0, ``logprobs=20``; one token, L128, by construction:
+  no budget to set), scored the same way; a forced reply whose last position lacks either
+  token scores 0.5 (L140-149);
+* the order: scores are kept at full precision (``all_scores``, L156, L219) and MTEB hands them
+  to pytrec_eval (``run_mteb.py`` L82-91), which ranks them as float32, equal scores by doc id
+  descending; so does this stage (option ``ties``: ``trec``, the default; ``previous`` keeps
+  the previous stage's order among equal scores). The trace keeps each score unrounded.
+
+The reply is read as the model wrote it: the prompt opens ``<think>``, so a reasoning parser
+that splits the reply moves what precedes the model's ``</think>`` into ``reasoning_content``;
+`agents.llm.text.whole_reply` (``opened``) puts it back (``reasoning</think>text``)
+before the reply is cut for its forced prompt (L113-124), and the trace keeps it whole.
 
 Restricting the forced token needs the ids of " true" and " false" (the first token of each,
 L73-74) and a server that restricts: ``force=auto`` uses vLLM's ``allowed_token_ids`` for
@@ -47,8 +61,11 @@ from typing import Any
 
 from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
 from agents.llm.errors import LLMReplyError
+from agents.llm.sampling import RANK1_MAX_OUTPUT
 from agents.llm.steps import llm_complete_call
-from agents.rerank import StageContext, by_score, ranked
+from agents.llm.text import whole_reply
+from agents.rerank import StageContext, ranked
+from agents.rerank.cross import reorder
 from agents.rerank.reasonrank import load_tokenizer
 from agents.specs import StageSpec
 from eval.usage import Usage
@@ -63,11 +80,16 @@ DEFAULTS: dict[str, Any] = {
     "force": "auto",
     # a Hugging Face tokenizer (folder or hub id) for the ids of " true" and " false"
     "tokenizer": "",
+    "max_tokens": RANK1_MAX_OUTPUT,  # each judgement's thinking budget, L35
+    "ties": "trec",  # TIES
 }
+# equal scores: as pytrec_eval ranks the original's (float32, doc id descending), or in the
+# previous stage's order
+TIES = ("trec", "previous")
 STOP = ["</think> true", "</think> false"]  # rank1.py L90
 TRUE, FALSE = " true", " false"  # rank1.py L73-74
 TOP_LOGPROBS = 20  # rank1.py L89, L129
-UNREAD_SCORE = 0.5  # rank1.py L145
+UNREAD_SCORE = 0.5  # rank1.py L146
 BIAS = 100.0
 OUTCOMES = {
     "closed": "the reply closed </think> with true or false: scored at its last token",
@@ -83,10 +105,12 @@ OUTCOMES = {
 
 
 def check_options(options: dict[str, Any]) -> None:
-    if options["depth"] < 1:
-        raise ValueError(f"depth must be at least 1, got {options['depth']}")
-    if options["force"] not in FORCES:
-        raise ValueError(f"force must be one of {', '.join(FORCES)}, got {options['force']!r}")
+    for key in ("depth", "max_tokens"):
+        if options[key] < 1:
+            raise ValueError(f"{key} must be at least 1, got {options[key]}")
+    for key, allowed in (("force", FORCES), ("ties", TIES)):
+        if options[key] not in allowed:
+            raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {options[key]!r}")
 
 
 Logprobs = Sequence[tuple[str, float | None, Sequence[tuple[str, float | None]]]]
@@ -208,12 +232,13 @@ class Rank1Reranker:
         except LLMReplyError as exc:
             return unread(prompt, "unusable-reply", str(exc))
         # the call's output is the whole reply, the reasoning too
-        step: dict[str, Any] = {k: v for k, v in call.items() if k != "node"}
+        reply = whole_reply(completion, opened=True)
+        step: dict[str, Any] = {k: v for k, v in call.items() if k != "node"} | {"output": reply}
         score, _ = read_true(completion.logprobs)
         if score is not None:
-            return {**step, "score": round(score, 6), "outcome": "closed"}
+            return {**step, "score": score, "outcome": "closed"}
         forced_by, restriction = await self.force()
-        sent = forced_prompt(prompt, completion.text)
+        sent = forced_prompt(prompt, reply)
         try:
             forced, forced_call = await llm_complete_call(
                 self.ctx, "judge", sent,
@@ -243,7 +268,7 @@ class Rank1Reranker:
         usage = Usage.total(Usage.from_dict(c["usage"]) for c in (call, forced_call))
         return {
             **out,
-            "score": round(UNREAD_SCORE if score is None else score, 6),
+            "score": UNREAD_SCORE if score is None else score,
             "outcome": outcome,
             "forced_by": forced_by,
             "forced": {k: v for k, v in forced_call.items() if k != "node"},
@@ -261,7 +286,9 @@ class Rank1Reranker:
             step = await self.judge(query, self.ctx.corpus[doc_id])
             steps.append({"node": "judge", "doc_id": doc_id, "rank": rank, **step})
             scores[doc_id] = step["score"]
-        return {"ranking": ranked(by_score(order, scores)), "steps": steps}
+        # pytrec_eval's order of the full-precision scores (or the previous one among ties)
+        at = reorder(top, [scores[d] for d in top], self.options["ties"])
+        return {"ranking": ranked([top[i] for i in at] + order[len(top) :]), "steps": steps}
 
 
 def unread(prompt: str, outcome: str, reason: str) -> dict[str, Any]:

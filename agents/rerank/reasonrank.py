@@ -8,14 +8,27 @@ figures come from) reranks the top 100 in one pass of windows of 20 moving up by
 * messages (``rerank/rank_listwise_os_llm.py`` L199-216): the system prompt
   ``system_prompt_reasoning`` of ``listwise_prompt_r1.toml`` (``prompts/reasonrank/system.txt``)
   and one user turn: ``add_prefix_prompt`` (``utils.py`` L63) and a newline, every passage as
-  ``f"[{rank}] {content}\\n"``, then ``add_post_prompt`` (L72-74); the whole prompt mended by
-  ``ftfy.fix_text`` (L216), here each message's text (the template's own text is ASCII);
+  ``f"[{rank}] {content}\\n"``, then ``add_post_prompt`` (L72-74); the whole chat-templated
+  prompt mended by ``ftfy.fix_text`` (L216). ftfy mends a text line by line and, from the first
+  line holding a ``<`` on, leaves HTML entities as they are; a chat template's prompt opens
+  with one (``<|im_start|>``), so no entity of the prompt is unescaped there. Here the server
+  applies the template, so each message's text is mended line by line with unescaping off
+  (`mended_prompt`): the same text, entities in the query kept (tests/test_rerank_reasonrank.py
+  compares both over a chat template);
 * the query with ``[n]`` written ``(n)`` and stripped (L194, ``rankllm.py`` L529-530);
 * each passage (``utils.py`` L89-109, ``truncate_by_word=False`` at L210): stripped, mended by
-  ``fix_text``, cut to its first ``DOC_MAXLEN`` = 512 tokens of the model's tokenizer
-  (``index_and_topics.py`` L249-257, ``run_rank_llm.py`` L282), ``[n]`` written ``(n)``;
-* sampling (L118-122): temperature 0, ``max_tokens`` = ``reasoning_maxlen`` + 100 = 3,172
-  (the sampling table under both presets: the budget is the protocol's);
+  ``fix_text`` (entities unescaped there, as ftfy's default does in a text without ``<``), cut
+  to its first ``DOC_MAXLEN`` = 512 tokens of the checkpoint's tokenizer (L99, L210;
+  ``index_and_topics.py`` L249-257, ``run_rank_llm.py`` L282), ``[n]`` written ``(n)``.
+  Option ``tokenizer`` names the tokenizer; under ``--preset paper`` it is the served
+  checkpoint's own unless given (`paper_tokenizer`: the model's name after its provider, loaded
+  when the stage is built, refused in one line naming the option if it cannot be), and the
+  embedded model cuts with its own; otherwise litellm's tokenizer for the model cuts them (an
+  approximation), and every step says which (``passages_cut_by``);
+* sampling (L118-122): temperature 0, ``max_tokens`` = ``reasoning_maxlen`` + 100 = 3,172,
+  the stage's option ``max_tokens`` (the sampling table under both presets: the budget is the
+  protocol's; ``--max-tokens`` fills it where the stage's spec does not); ``--preset paper``
+  also sends the top_p, top_k and repetition_penalty vLLM's ``SamplingParams`` defaulted to;
 * the reply read by ``rankllm.py`` ``_clean_response`` (L456-474): the ``<answer>`` of
   ``<think>.*?</think>\\s*<answer>(.*?)</answer>`` searched in the lower-cased reply; failing
   that, the text after its last ``<answer>``; failing that, the whole reply (the original
@@ -26,20 +39,31 @@ figures come from) reranks the top 100 in one pass of windows of 20 moving up by
 
 Each reply's outcome (`OUTCOMES`) is in its trace step and counted in the task's summary. The
 reply is read whole: litellm moves a leading ``<think>...</think>`` into ``reasoning_content``,
-and it is put back (`agents.llm.responses.whole_reply`), so the pattern sees what the model
+and it is put back (`agents.llm.text.whole_reply`), so the pattern sees what the model
 wrote and the trace keeps the reasoning as received.
 The windows are ReasonRank's own loop (`windows`), which differs from RankGPT's and from
 ``llm-listwise``'s at the top of a list whose length is not a multiple of the step.
+
+The new list's scores (option ``scores``): ``first-stage`` (default) as ReasonRank's published
+runs hold them: ``receive_permutation`` gives each position the score its candidate there had
+(``rankllm.py`` L526), so the list keeps the first stage's scores position by position, the run
+file writes them with 6 decimals (``utils.py`` L194) and ``trec_eval.py`` L27 reads them back;
+pytrec_eval then orders equal scores itself, by doc id descending (as eval/evaluate.py does
+with ``--ties trec``), not in the model's order. ``positions`` scores the model's order n..1
+instead, which every reader keeps as it is.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.llm.embedded import LOCAL_PREFIX
 from agents.llm.errors import LLMReplyError
+from agents.llm.sampling import OPEN_SERVERS, REASONRANK_MAXLEN
 from agents.llm.steps import llm_call
+from agents.llm.text import whole_reply
 from agents.rerank import StageContext, ranked
 from agents.specs import StageSpec
 from eval.usage import Usage
@@ -55,8 +79,14 @@ DEFAULTS: dict[str, Any] = {
     "passage_tokens": 512,  # DOC_MAXLEN of every r2med_* dataset
     # a Hugging Face tokenizer (folder or hub id) to cut passages with, as the original cuts
     # with the checkpoint's; "" = the LLM's own (the embedded model's) or litellm's for it
+    # (--preset paper: the served checkpoint's, `paper_tokenizer`)
     "tokenizer": "",
+    "max_tokens": REASONRANK_MAXLEN + 100,  # each window's budget, L121
+    "scores": "first-stage",  # SCORES
 }
+# what the new list's scores are: each position's first-stage score (rankllm.py L526, written
+# to 6 decimals, utils.py L194), or the model's order as n..1
+SCORES = ("first-stage", "positions")
 # listwise_prompt_r1.toml L5 ``pattern``, searched with re.DOTALL (rankllm.py L458-459)
 ANSWER = re.compile(r"<think>.*?</think>\s*<answer>(.*?)</answer>", re.DOTALL)
 _BRACKETED_NUMBER = re.compile(r"\[(\d+)\]")
@@ -71,9 +101,26 @@ OUTCOMES = {
 
 
 def check_options(options: dict[str, Any]) -> None:
-    for key in ("depth", "window", "step", "passage_tokens"):
+    for key in ("depth", "window", "step", "passage_tokens", "max_tokens"):
         if options[key] < 1:
             raise ValueError(f"{key} must be at least 1, got {options[key]}")
+    if options["scores"] not in SCORES:
+        raise ValueError(f"scores must be one of {', '.join(SCORES)}, got {options['scores']!r}")
+
+
+def paper_tokenizer(model: str, server: str) -> str | None:
+    """The tokenizer ``--preset paper`` cuts passages with when none is given: the served
+    checkpoint's own, named by the model's name after its litellm provider
+    (``hosted_vllm/liuwenhan/reasonrank-32B`` -> ``liuwenhan/reasonrank-32B``), as ReasonRank
+    cuts with its checkpoint's (rank_listwise_os_llm.py L99, L210). None where there is none to
+    name: the embedded and scripted models (cut with their own) and API models (``server`` is
+    the resolved kind, agents.llm.serving.resolve_server)."""
+    if model.startswith((LOCAL_PREFIX, "scripted/")):
+        return None
+    if not (model.startswith("hosted_vllm/") or server in OPEN_SERVERS):
+        return None
+    _, slash, name = model.partition("/")
+    return name if slash and name else model
 
 
 def windows(n: int, depth: int, window: int, step: int) -> list[tuple[int, int]]:
@@ -123,6 +170,15 @@ def receive_permutation(reply: str, k: int) -> tuple[list[int], str]:
     return order + [i for i in range(k) if i not in order], outcome
 
 
+def first_stage_scores(
+    before: Sequence[str], ranking: Mapping[str, float], after: Sequence[str]
+) -> dict[str, float]:
+    """``after`` scored as ReasonRank's published runs score it: position i keeps the score of
+    the document that held it in ``before`` (rankllm.py L526), written with 6 decimals and read
+    back (utils.py L194, trec_eval.py L27)."""
+    return {d: float(f"{ranking[before[i]]:.6f}") for i, d in enumerate(after)}
+
+
 def load_tokenizer(name: str) -> Any:
     """A Hugging Face tokenizer by hub id or folder, loaded when the stage is built so that a
     wrong name stops the run before any call (one line, naming the option)."""
@@ -136,9 +192,19 @@ def load_tokenizer(name: str) -> Any:
 
 
 def mended(text: str) -> str:
+    """A passage as ``convert_doc_to_prompt_content`` mends it (utils.py L103): ftfy's
+    defaults, HTML entities unescaped in lines before the first ``<``."""
     from ftfy import fix_text  # imported when a window is built: naming the stage stays light
 
     return fix_text(text)
+
+
+def mended_prompt(text: str) -> str:
+    """A message's text as ``fix_text`` over the whole chat-templated prompt mends it (L216):
+    line by line, with HTML unescaping off, since the prompt's first line holds a ``<``."""
+    from ftfy import fix_text
+
+    return fix_text(text, unescape_html=False)
 
 
 class ReasonRankReranker:
@@ -173,14 +239,15 @@ class ReasonRankReranker:
         user += self.parts["rank"].render(**values)
         system = self.parts["system"].render()
         return [
-            {"role": "system", "content": mended(system)},
-            {"role": "user", "content": mended(user)},
+            {"role": "system", "content": mended_prompt(system)},
+            {"role": "user", "content": mended_prompt(user)},
         ]
 
     async def rerank(
         self, query_id: str, query: str, ranking: Mapping[str, float]
     ) -> dict[str, Any]:
-        order = list(ranking)
+        before = list(ranking)
+        order = before[:]
         steps: list[dict[str, Any]] = []
         o = self.options
         for start, end in windows(len(order), o["depth"], o["window"], o["step"]):
@@ -191,8 +258,6 @@ class ReasonRankReranker:
             except LLMReplyError as exc:  # the window keeps its order
                 steps.append(unusable_window(start, end, ids, messages, str(exc)))
                 continue
-            from agents.llm.responses import whole_reply  # loaded with the client, already
-
             # the reply as the model wrote it: litellm moves a leading <think>...</think>
             # into reasoning_content, which ReasonRank's pattern (and the trace) needs
             reply = whole_reply(completion)
@@ -210,7 +275,9 @@ class ReasonRankReranker:
                 # the call's output is the whole reply, the reasoning too
                 **{k: v for k, v in call.items() if k != "node"},
             })  # fmt: skip
-        return {"ranking": ranked(order), "steps": steps}
+        if o["scores"] == "positions":
+            return {"ranking": ranked(order), "steps": steps}
+        return {"ranking": first_stage_scores(before, ranking, order), "steps": steps}
 
 
 def unusable_window(
@@ -238,4 +305,9 @@ REASONRANK = StageSpec(
     defaults=DEFAULTS,
     check_options=check_options,
     models={"tokenizer": "tokenizer"},
+    preset_options=lambda preset, model, server: (
+        {"tokenizer": name}
+        if preset == "paper" and (name := paper_tokenizer(model, server))
+        else {}
+    ),
 )

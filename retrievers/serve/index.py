@@ -43,6 +43,8 @@ def fingerprint(task: Task, config: RetrieverConfig) -> dict[str, str]:
     data = config.to_dict()
     if data["dense"]["r2med_rules"] is None:  # unset: the hash it had before the setting
         del data["dense"]["r2med_rules"]
+    if data["fusion"]["method"] != "diver-minmax":  # its settings alone: the hash as before
+        del data["fusion"]["weight"], data["fusion"]["keep"]
     settings = json.dumps(data, sort_keys=True, default=str)
     return {
         "corpus": task_fingerprint(task)["corpus"],
