@@ -148,6 +148,20 @@ def test_logprobs_order_the_top_depth_and_the_rest_keeps_its_place(tmp_path):
     assert steps[0]["usage"]["calls"] == 1 and steps[0]["cached"] is False
 
 
+def test_judgements_that_agree_to_6_decimals_are_ordered_by_their_full_scores(tmp_path):
+    """Scores are not rounded before the sort: 0.9999991 and 0.9999996 both round to
+    1.0, which would leave the first-stage order; unrounded, the surer judgement leads."""
+    sure = {"alpha": 0.9999991, "beta": 0.9999996, "gamma": 0.6}
+
+    def respond(messages, params):
+        p = sure[passage_of(messages)]
+        return scripted.Reply("yes", [("yes", LN(p), [("yes", LN(p)), ("no", LN(1 - p))])])
+
+    result, _, _ = run_stage(tmp_path, respond)
+    assert list(result["ranking"]) == ["d2", "d1", "d3", "d4"]
+    assert result["steps"][1]["score"] > result["steps"][0]["score"]
+
+
 def test_without_logprobs_auto_falls_back_to_a_graded_judgement_once(tmp_path):
     grades = {"alpha": "1", "beta": "3", "gamma": "Grade: 2"}
 

@@ -238,7 +238,8 @@ def _judged(
 ) -> dict[str, Any]:
     return {
         "reply": answer_text(text),
-        "score": None if score is None else round(score, 6),
+        # unrounded: two confident judgements that agree to 6 decimals are not a tie
+        "score": score,
         "judged_by": source,
         "note": note,
         **{k: v for k, v in call.items() if k != "node"},
