@@ -149,9 +149,9 @@ def test_logprobs_order_the_top_depth_and_the_rest_keeps_its_place(tmp_path):
 
 
 def test_judgements_that_agree_to_6_decimals_are_ordered_by_their_full_scores(tmp_path):
-    """Scores are not rounded before the sort: 0.9999991 and 0.9999996 both round to
-    1.0, which would leave the first-stage order; unrounded, the surer judgement leads."""
-    sure = {"alpha": 0.9999991, "beta": 0.9999996, "gamma": 0.6}
+    """Scores are not rounded before the sort: 0.9999991 and 0.9999994 both round to
+    0.999999, which would leave the first-stage order; unrounded, the surer one leads."""
+    sure = {"alpha": 0.9999991, "beta": 0.9999994, "gamma": 0.6}
 
     def respond(messages, params):
         p = sure[passage_of(messages)]
