@@ -106,8 +106,27 @@ def _reasons(model: str, options: Mapping[str, Any]) -> bool:
 _O1_OPEN = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}  # run_search_o1.py L124-143
 # what vLLM's SamplingParams defaults to, sent where an original left them at that
 _VLLM_NEUTRAL = {"top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0}
-_GROUPRANK = {"temperature": 0.3, "top_p": 0.8, "max_tokens": 8000}  # rerank_groupwise.py L40
-_DIVER_POINT = {"temperature": 0.6, "top_p": 0.9, "max_tokens": 128}  # rerank_pointwise.py L24
+
+
+def _protocol(
+    method: str, params: dict[str, Any], source: str, families: tuple[str, ...]
+) -> tuple[Rule, ...]:
+    """The rules of a stage whose sampling is part of its protocol: ``params`` under both
+    presets, the budget the stage's option ``max_tokens`` (the original's by default); under
+    ``paper`` open models are also sent what vLLM's SamplingParams defaulted where the original
+    set nothing (`_VLLM_NEUTRAL`), which a vLLM server would otherwise take from the
+    checkpoint's generation_config.json (Qwen2.5: repetition_penalty 1.05)."""
+    budget = {"max_tokens": "max_tokens"}
+    neutral = {k: v for k, v in _VLLM_NEUTRAL.items() if k not in params}
+    defaults = ", ".join(f"{k} {v}" for k, v in neutral.items())
+    return (
+        Rule("paper", (method,), "open", {**params, **neutral},
+             f"{source}, and vLLM's defaults it left: {defaults}", from_options=budget),
+        *(Rule(preset, (method,), family, params, source, from_options=budget)
+          for preset in PRESETS for family in families),
+    )  # fmt: skip
+
+
 RULES: tuple[Rule, ...] = (
     # --- paper: R2MED's generation-augmented baselines --------------------------------------
     Rule(
@@ -256,104 +275,34 @@ RULES: tuple[Rule, ...] = (
         )
         for family in ("api", "open")
     ),
-    # ReasonRank's and Rank1's budgets are part of their protocols: both presets send them, the
-    # stage's option max_tokens (the original's by default); the paper preset also sends what
-    # vLLM's SamplingParams defaulted (top_p 1, top_k off, no repetition penalty), which a vLLM
-    # server would otherwise take from the checkpoint's generation_config.json (Qwen2.5: 1.05)
-    Rule(
-        "paper",
-        ("reasonrank",),
-        "open",
-        {"temperature": 0.0, **_VLLM_NEUTRAL, "max_tokens": REASONRANK_MAXLEN + 100},
+    # ReasonRank's, Rank1's, GroupRank's and DIVER's pointwise budgets are part of their
+    # protocols: both presets send them (`_protocol`)
+    *_protocol(
+        "reasonrank",
+        {"temperature": 0.0, "max_tokens": REASONRANK_MAXLEN + 100},
         f"{REASONRANK} L118-122: SamplingParams(temperature=0, max_tokens=reasoning_maxlen + "
-        "100) (run_rank_llm.sh: --reasoning_maxlen 3072), its top_p (1.0), top_k (-1, off) "
-        "and repetition_penalty (1.0) vLLM's defaults",
-        from_options={"max_tokens": "max_tokens"},
+        "100) (run_rank_llm.sh: --reasoning_maxlen 3072)",
+        ("api", "open"),
     ),
-    Rule(
-        "paper",
-        ("rank1",),
-        "open",
-        {"temperature": 0.0, **_VLLM_NEUTRAL, "max_tokens": RANK1_MAX_OUTPUT},
+    *_protocol(
+        "rank1",
+        {"temperature": 0.0, "max_tokens": RANK1_MAX_OUTPUT},
         "orionw/rank1 rank1.py L35, L86-92: SamplingParams(temperature=0, max_tokens="
-        "max_output_tokens=8192), its top_p (1.0), top_k (-1, off) and repetition_penalty "
-        "(1.0) vLLM's defaults",
-        from_options={"max_tokens": "max_tokens"},
+        "max_output_tokens=8192)",
+        ("api", "open"),
     ),
-    *(
-        Rule(
-            preset,
-            ("reasonrank",),
-            family,
-            {"temperature": 0.0, "max_tokens": REASONRANK_MAXLEN + 100},
-            f"{REASONRANK} L118-122: temperature=0, max_tokens=reasoning_maxlen + 100 "
-            "(run_rank_llm.sh: --reasoning_maxlen 3072)",
-            from_options={"max_tokens": "max_tokens"},
-        )
-        for preset in PRESETS
-        for family in ("api", "open")
+    # logprobs=10 is not sent by either DIVER stage: only the text is read (L159; L60-78)
+    *_protocol(
+        "grouprank",
+        {"temperature": 0.3, "top_p": 0.8, "max_tokens": 8000},
+        f"{GROUPRANK} L40: SamplingParams(temperature=0.3, top_p=0.8, max_tokens=8000)",
+        FAMILIES,
     ),
-    *(
-        Rule(
-            preset,
-            ("rank1",),
-            family,
-            {"temperature": 0.0, "max_tokens": RANK1_MAX_OUTPUT},
-            "orionw/rank1 rank1.py L35, L86-92: temperature=0, max_output_tokens=8192",
-            from_options={"max_tokens": "max_tokens"},
-        )
-        for preset in PRESETS
-        for family in ("api", "open")
-    ),
-    # GroupRank's sampling under both presets, its budget the stage's option max_tokens; the
-    # paper preset also sends what vLLM's SamplingParams defaulted (top_k off, no repetition
-    # penalty), which a vLLM server would otherwise take from the checkpoint's
-    # generation_config.json. logprobs=10 is not sent: only the text is read (L159).
-    Rule(
-        "paper",
-        ("grouprank",),
-        "open",
-        {**_GROUPRANK, "top_k": -1, "repetition_penalty": 1.0},
-        f"{GROUPRANK} L40: SamplingParams(temperature=0.3, top_p=0.8, max_tokens=8000), its "
-        "top_k (-1, off) and repetition_penalty (1.0) vLLM's defaults",
-        from_options={"max_tokens": "max_tokens"},
-    ),
-    *(
-        Rule(
-            preset,
-            ("grouprank",),
-            family,
-            _GROUPRANK,
-            f"{GROUPRANK} L40: SamplingParams(temperature=0.3, top_p=0.8, max_tokens=8000)",
-            from_options={"max_tokens": "max_tokens"},
-        )
-        for preset in PRESETS
-        for family in FAMILIES
-    ),
-    # DIVER's pointwise stage under both presets, its budget the stage's option max_tokens; the
-    # paper preset also sends what vLLM's SamplingParams defaulted (top_k off, no repetition
-    # penalty), which a vLLM server would otherwise take from the checkpoint's
-    # generation_config.json. logprobs=10 is not sent: no line reads them (L60-78).
-    Rule(
-        "paper",
-        ("diver-pointwise",),
-        "open",
-        {**_DIVER_POINT, "top_k": -1, "repetition_penalty": 1.0},
-        f"{DIVER_POINTWISE} L24: SamplingParams(temperature=0.6, top_p=0.9, max_tokens=128), "
-        "its top_k (-1, off) and repetition_penalty (1.0) vLLM's defaults",
-        from_options={"max_tokens": "max_tokens"},
-    ),
-    *(
-        Rule(
-            preset,
-            ("diver-pointwise",),
-            family,
-            _DIVER_POINT,
-            f"{DIVER_POINTWISE} L24: SamplingParams(temperature=0.6, top_p=0.9, max_tokens=128)",
-            from_options={"max_tokens": "max_tokens"},
-        )
-        for preset in PRESETS
-        for family in FAMILIES
+    *_protocol(
+        "diver-pointwise",
+        {"temperature": 0.6, "top_p": 0.9, "max_tokens": 128},
+        f"{DIVER_POINTWISE} L24: SamplingParams(temperature=0.6, top_p=0.9, max_tokens=128)",
+        FAMILIES,
     ),
     # --- default: every call, and the paper preset's fallback for what no original ran -------
     Rule(
