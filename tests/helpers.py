@@ -11,6 +11,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
+from collections import Counter
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +140,57 @@ def stop_process(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+Answer = Callable[[str, dict], bytes]  # (path, request body) -> the raw reply body
+
+
+class Server:
+    """An OpenAI-compatible server on loopback whose every reply is ``answer(path, body)``'s
+    bytes, as they are; it counts the requests by path and keeps their bodies."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.requests: Counter[str] = Counter()
+        self.bodies: list[dict] = []  # every request's, in order
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests[self.path] += 1
+                outer.bodies.append(body)
+                send_body(self, outer.answer(self.path, body))
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def chat(
+    content: str | None,
+    logprobs: list | None = None,
+    reasoning: str | None = None,
+    stop_reason: str | None = None,
+) -> bytes:
+    """A chat completion's body; ``reasoning`` as a server's reasoning parser sends it
+    (``reasoning_content``), ``stop_reason`` the stop string that ended it, as vLLM names it."""
+    message = {"role": "assistant", "content": content}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    choice = {"index": 0, "finish_reason": "stop", "message": message}
+    if logprobs is not None:
+        choice["logprobs"] = {"content": logprobs}
+    if stop_reason is not None:
+        choice["stop_reason"] = stop_reason
+    return json.dumps({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }).encode()  # fmt: skip

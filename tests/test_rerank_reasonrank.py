@@ -8,7 +8,6 @@ import copy
 import json
 import math
 import re
-import threading
 
 import pytest
 import pytrec_eval
@@ -30,6 +29,7 @@ from agents.run import main
 from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
+from tests.helpers import Server, chat
 
 # listwise_prompt_r1.toml L3, system_prompt_reasoning
 SYSTEM_PROMPT_REASONING = (
@@ -455,42 +455,6 @@ RANKING3 = {"d1": 3.0, "d2": 2.0, "d3": 1.0}
 # --- the tokenizer and the sampling under --preset paper: L99, L210, L118-122 -----------------
 
 
-class VLLMServer:
-    """A vLLM-shaped chat server on loopback: each request's body is kept; every window is
-    answered "[2] > [1]" and the rest in order."""
-
-    def __init__(self) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        from tests.helpers import send_body
-
-        self.bodies: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                content = "<think>.</think><answer>[2] > [1]</answer>"
-                send_body(self, json.dumps({
-                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-                }).encode())  # fmt: skip
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 def test_the_paper_preset_cuts_with_the_served_checkpoints_tokenizer_and_sends_its_sampling(
     tmp_path, toy_dir
 ):
@@ -499,7 +463,8 @@ def test_the_paper_preset_cuts_with_the_served_checkpoints_tokenizer_and_sends_i
     checkpoint = tmp_path / "liuwenhan" / "reasonrank-7B"  # a served folder: its tokenizer
     tiny_models.qwen_tokenizer(checkpoint, eos_template=False, padding_side="left",
                                chat_template=QWEN25_TEMPLATE)  # fmt: skip
-    server = VLLMServer()
+    # a vLLM-shaped server: every window answered "[2] > [1]", each request's body kept
+    server = Server(lambda path, body: chat("<think>.</think><answer>[2] > [1]</answer>"))
     try:
         assert main([
             "--agent", "none", "--dataset", str(toy_dir), "--preset", "paper",

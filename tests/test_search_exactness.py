@@ -11,11 +11,8 @@ wrote it.
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,7 @@ from agents.graphs.search_o1 import BEGIN_QUERY, BEGIN_RESULT, END_QUERY, END_RE
 from agents.llm import scripted
 from eval.datasets import load_tasks
 from retrievers.search import RetrieverConfig, build_retriever
-from tests.helpers import nodes, records, send_body
+from tests.helpers import Server, chat, nodes, records
 from tests.helpers import run_agent as run
 from tests.tiny_models import qwen_tokenizer
 
@@ -256,43 +253,24 @@ def test_r1_reads_search_and_answer_written_while_thinking(toy):
     assert rec["ranking"][0][0] == "d4"  # the answer's document, not the query's (d3)
 
 
-class VLLMLike:
+@pytest.fixture
+def vllm_like() -> Iterator[Callable[[Callable[[dict], tuple[str, str]]], Server]]:
     """A chat endpoint that answers as vLLM with a reasoning parser does: the text of a reply
     that stopped while thinking is all ``reasoning_content``, its ``content`` null, and the
     stop string that ended it is the choice's ``stop_reason``."""
+    made: list[Server] = []
 
-    def __init__(self, answer: Callable[[dict], tuple[str, str]]) -> None:
-        outer = self
-        self.bodies: list[dict] = []
+    def start(answer: Callable[[dict], tuple[str, str]]) -> Server:
+        def reply(path: str, body: dict) -> bytes:
+            text, stop = answer(body)
+            return chat(None, reasoning=text, stop_reason=stop)
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
+        made.append(Server(reply))
+        return made[-1]
 
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append(body)
-                text, stop = answer(body)
-                message = {"role": "assistant", "content": None, "reasoning_content": text}
-                send_body(self, json.dumps({
-                    "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop", "message": message,
-                                 "stop_reason": stop}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-                }).encode())  # fmt: skip
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
-@pytest.fixture
-def vllm_like() -> Iterator[Callable[[Callable[[dict], tuple[str, str]]], VLLMLike]]:
-    made: list[VLLMLike] = []
-    yield lambda answer: made.append(VLLMLike(answer)) or made[-1]
+    yield start
     for server in made:
-        server.httpd.shutdown()
-        server.httpd.server_close()
+        server.close()
 
 
 def test_r1_on_a_vllm_server_continues_with_the_reasoning_it_was_sent(toy, vllm_like):

@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import threading
-from collections import Counter
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -30,40 +27,11 @@ from agents.rerank.reasonrank import DEFAULTS as REASONRANK_DEFAULTS
 from agents.rerank.reasonrank import build_reasonrank
 from eval.usage import Usage
 from prompts import PromptBook
-from tests.helpers import send_body
+from tests.helpers import Answer, Server, chat
 
 CORPUS = {"d1": "Paris is in France.", "d2": "Aspirin reduces fever.", "d3": "Rust is a language."}
 RANKING = {"d1": 3.0, "d2": 2.0, "d3": 1.0}
 EXCEPTION_TEXTS = ("Error", "Traceback", "object has no attribute", "invalid literal", "codec")
-
-Answer = Callable[[str, dict], bytes]  # (path, request body) -> the raw reply body
-
-
-class Server:
-    """An OpenAI-compatible server whose every reply is ``answer(path, body)``'s bytes, as
-    they are; it counts the requests by path."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-        self.requests: Counter[str] = Counter()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests[self.path] += 1
-                send_body(self, outer.answer(self.path, body))
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -77,17 +45,6 @@ def serve() -> Iterator[Callable[[Answer], Server]]:
     yield start
     for server in made:
         server.close()
-
-
-def chat(content: str, logprobs: list | None = None) -> bytes:
-    choice = {"index": 0, "finish_reason": "stop",
-              "message": {"role": "assistant", "content": content}}  # fmt: skip
-    if logprobs is not None:
-        choice["logprobs"] = {"content": logprobs}
-    return json.dumps({
-        "id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-    }).encode()  # fmt: skip
 
 
 def completion(text: str, token_logprob: float | None, top: dict) -> bytes:
