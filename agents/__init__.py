@@ -8,44 +8,21 @@
 
 The names load on first use (PEP 562), so `import agents` and the command lines
 (`python -m agents.run`, ...) pay for nothing they do not use. The whole-run call is
-`run_dataset`, which is `agents.pipeline.run`: the name ``agents.run`` is the command line's
-module, and a package attribute cannot be both.
+`run_dataset` (`agents.execution.whole_run`): the name ``agents.run`` is the command line's
+module. `StageConfig` puts a rerank stage in a `RunConfig` (``stages=(StageConfig(...),)``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from eval.plumbing.lazy import lazy_face
 
-from eval.lazy import lazy_exports
-
-# public name -> (module, its name there)
-_EXPORTS = {
-    "RunConfig": ("agents.config", "RunConfig"),
-    "LLMConfig": ("agents.config", "LLMConfig"),
-    "from_settings": ("agents.settings", "from_settings"),
-    "run_dataset": ("agents.pipeline", "run"),
-    "RunResult": ("agents.pipeline", "RunResult"),
-    "run_query": ("agents.query", "run_query"),
-    "arun_query": ("agents.query", "arun_query"),
-    "QueryResult": ("agents.query", "QueryResult"),
-}
-__all__ = [  # the names, as tools read them; _EXPORTS says where each is
-    "RunConfig",
-    "LLMConfig",
-    "from_settings",
-    "run_dataset",
-    "RunResult",
-    "run_query",
-    "arun_query",
-    "QueryResult",
-]
-
-if TYPE_CHECKING:
-    from agents.config import LLMConfig, RunConfig
-    from agents.pipeline import RunResult
-    from agents.pipeline import run as run_dataset
-    from agents.query import QueryResult, arun_query, run_query
-    from agents.settings import from_settings
-
-
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)
+# module -> the public names defined there, each under its own name
+__all__, __getattr__, __dir__ = lazy_face(
+    globals(),
+    {
+        "agents.config.run_config": ("RunConfig", "LLMConfig", "StageConfig"),
+        "agents.config.settings": ("from_settings",),
+        "agents.execution.whole_run": ("run_dataset", "RunResult"),
+        "agents.execution.one_query": ("run_query", "arun_query", "QueryResult"),
+    },
+)

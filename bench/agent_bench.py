@@ -9,12 +9,12 @@ stop string), Reason-in-Documents returns a "**Final Information**" block, and t
 reasoning call returns an answer passage, which the final step ranks with (HyDE-style). So a
 query is 3 LLM calls and 2 retrievals (the top-10 search, the depth-100 final ranking).
 
-Everything runs through the public entry point, ``agents.run.main`` (``--model
+Everything runs through the public entry point, ``agents.commands.run.main`` (``--model
 scripted/bench``, ``--runs-dir``/``--cache-dir`` in a temporary folder, ``--quiet``), in this
 process so the scripted provider is seen. The query loop is timed by wrapping
-``agents.pipeline.run_queries`` (the only thing that differs from a plain CLI run), so the numbers
-leave out index loading, scoring and the BM25 baseline that ``main`` also does. Retrieval time
-is the sum of the ``seconds`` of every retrieval step in the written records.
+``agents.execution.whole_run.run_queries`` (the only thing that differs from a plain CLI run), so
+the numbers leave out index loading, scoring and the BM25 baseline that ``main`` also does.
+Retrieval time is the sum of the ``seconds`` of every retrieval step in the written records.
 
 1. Overhead: zero-latency LLM, cache off, concurrency 1: (loop wall - retrieval) per query.
 2. Scaling: a ``--latency`` LLM at each ``--concurrency``: efficiency = ideal / measured, with
@@ -52,10 +52,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import agents.commands.run as run_module  # noqa: E402
+import agents.execution.whole_run as pipeline_module  # noqa: E402
 import agents.llm.client as llm_module  # noqa: E402
 import agents.llm.responses as responses_module  # noqa: E402
-import agents.pipeline as pipeline_module  # noqa: E402
-import agents.run as run_module  # noqa: E402
 from agents.graphs.search_o1 import BEGIN_QUERY  # noqa: E402
 from agents.llm import LLM, scripted  # noqa: E402
 from eval.datasets import DEMO_DIR  # noqa: E402
@@ -136,7 +136,8 @@ class Bench:
         run_name: str | None = None,
         profiler: cProfile.Profile | None = None,
     ) -> Loop:
-        """One `agents.run.main` call in a fresh run folder (unless `run_name` is reused)."""
+        """One `agents.commands.run.main` call in a fresh run folder (unless `run_name` is
+        reused)."""
         queries = queries or self.queries
         provider = scripted.install(respond, latency_s)
         self.n += 1
@@ -164,7 +165,7 @@ class Bench:
                     profiler.disable()
         main_wall = time.perf_counter() - started
         if code != 0:
-            raise SystemExit(f"agents.run.main {argv} returned {code}")
+            raise SystemExit(f"agents.commands.run.main {argv} returned {code}")
         path = self.runs / name / self.data.name / "queries.jsonl"
         records = [json.loads(line) for line in path.read_text().splitlines()]
         steps = [s for r in records for s in r["steps"]]

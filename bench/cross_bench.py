@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.config import typed_options  # noqa: E402
+from agents.config.run_config import typed_options  # noqa: E402
 from agents.rerank import StageContext  # noqa: E402
 from agents.rerank.cross import CROSS, build_stage  # noqa: E402
 from eval.datasets import DEMO_DIR, load_folder  # noqa: E402

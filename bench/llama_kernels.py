@@ -29,8 +29,8 @@ def outputs(model: str, prompts: int, max_tokens: int, batch_threads: int) -> li
     """The greedy texts, as the embedded provider renders and runs them."""
     import llama_cpp
 
-    from agents.llm.chatml import render_chatml
-    from agents.llm.weights import LOCAL_MODELS, model_file
+    from agents.llm.embedded.chatml import render_chatml
+    from agents.llm.embedded.weights import LOCAL_MODELS, model_file
 
     llm = llama_cpp.Llama(
         model_path=str(model_file(model)), n_ctx=4096, n_threads=1,

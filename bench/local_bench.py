@@ -12,7 +12,7 @@ through the pool, and every output is checked to be the same. Prompt and generat
 second are the totals over the wall time.
 
 ``--chunks`` measures prompt evaluation at each chunk size (llama.cpp's n_batch = n_ubatch,
-agents.llm.prefix_cache.CHUNK): one call alone on one instance, and ``--calls`` at a time
+agents.llm.embedded.prefix_cache.CHUNK): one call alone on one instance, and ``--calls`` at a time
 through the pool.
 
 ``--main-job`` runs ``python -m agents.run --agent search-o1`` (the README's main job) in this
@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents.llm import prefix_cache  # noqa: E402
-from agents.llm.embedded import local_name  # noqa: E402
-from agents.llm.generation import generate  # noqa: E402
-from agents.llm.pool import SINGLE, load_pool, pool_plan  # noqa: E402
-from agents.llm.prefix_cache import PrefixStore  # noqa: E402
-from agents.llm.weights import model_file  # noqa: E402
+from agents.llm.embedded import prefix_cache  # noqa: E402
+from agents.llm.embedded.generation import generate  # noqa: E402
+from agents.llm.embedded.names import local_name  # noqa: E402
+from agents.llm.embedded.pool import SINGLE, load_pool, pool_plan  # noqa: E402
+from agents.llm.embedded.prefix_cache import PrefixStore  # noqa: E402
+from agents.llm.embedded.weights import model_file  # noqa: E402
 from eval.metrics import HEADLINE  # noqa: E402
 from eval.runs import TaskFolder  # noqa: E402
 
@@ -120,10 +120,11 @@ def chunk_speeds(model: str, plan, chunk: int, args) -> tuple[float, float]:
 def main_job(model: str, plan, chunk: int, reuse: bool, folder: Path, extra: list[str]) -> dict:
     """The main job in this process at ``chunk``, prefix reuse on or off: its wall seconds,
     usage, figures, generated texts and what the prefix store restored."""
-    from agents.run import main as run_main
+    from agents.commands.run import main as run_main
 
     prefix_cache.CHUNK = chunk
-    # the pool the run will ask for (agents.plan.local_pools), loaded before the clock starts
+    # the pool the run will ask for (agents.execution.plan.local_pools), loaded before the clock
+    # starts
     plan = pool_plan(model, folder / "cache", plan.instances, CONCURRENCY)
     pool = load_pool(model, folder / "cache", plan=plan)
     pool.prefixes = PrefixStore(plan.prefix_bytes)

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def corpus_cost(task) -> None:
     """The whole corpus's documents and tokens after the cut, with the Qwen2.5 vocabulary."""
-    from agents.llm.pool import model_file, vocabulary
+    from agents.llm.embedded.pool import model_file, vocabulary
 
     vocab = vocabulary(model_file("qwen2.5-coder-0.5b"))
     lengths = [len(vocab.tokenize(text)) for text in task.corpus.values()]

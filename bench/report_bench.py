@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from eval.datasets import R2MED_TASKS, load_folder, task_fingerprint  # noqa: E402
-from eval.evaluate import evaluate  # noqa: E402
+from eval.evaluate import evaluate_run  # noqa: E402
 from eval.metrics import HEADLINE  # noqa: E402
 from eval.records import record_line  # noqa: E402
 from eval.report import leaderboard_markdown  # noqa: E402
@@ -288,7 +288,7 @@ def make_runs(root: Path, size: Size, docs: int, seed: int = 0) -> tuple[list[Pa
                     prompt_tokens += record["usage"]["prompt_tokens"]
                     completion_tokens += record["usage"]["completion_tokens"]
             write_run(rankings, folder.run_trec_path, depth=DEPTH)
-            evaluation = evaluate(task.qrels, rankings)
+            evaluation = evaluate_run(task.qrels, rankings)
             folder.write_per_query(evaluation.per_query)
             summary = TaskSummary(
                 task=task.name, notes=[], metrics=evaluation.mean,

@@ -35,12 +35,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agents.config.settings import from_settings  # noqa: E402
+from agents.execution.whole_run import run_dataset  # noqa: E402
 from agents.llm import scripted  # noqa: E402
-from agents.llm.chatml import render_chatml  # noqa: E402
 from agents.llm.dry import FILLER_WORD  # noqa: E402
-from agents.llm.weights import LOCAL_MODELS, model_file  # noqa: E402
-from agents.pipeline import run  # noqa: E402
-from agents.settings import from_settings  # noqa: E402
+from agents.llm.embedded.chatml import render_chatml  # noqa: E402
+from agents.llm.embedded.weights import LOCAL_MODELS, model_file  # noqa: E402
 from eval.runs import TaskFolder  # noqa: E402
 
 KINDS = ("llm-pointwise", "llm-listwise", "insertrank", "reasonrank", "rank1", "grouprank")
@@ -110,7 +110,7 @@ def grouprank_reply(user: str) -> str:
 
 def measure(counter: Counter, settings: dict, workdir: Path, name: str) -> dict:
     counter.tokens, counter.budget = [], []
-    result = run(
+    result = run_dataset(
         from_settings({**settings, "run_name": name, "runs_dir": str(workdir / "runs")}),
         progress=False,
     )

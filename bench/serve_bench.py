@@ -61,9 +61,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agents.settings import from_settings  # noqa: E402
+from agents.config.settings import from_settings  # noqa: E402
 from eval.datasets import default_cache_dir, load_tasks  # noqa: E402
-from retrievers.search import SearchRequest, build_retriever  # noqa: E402
+from retrievers.base import SearchRequest  # noqa: E402
+from retrievers.search import build_retriever  # noqa: E402
 
 HOST = "127.0.0.1"
 MAX_QUERY_CHARS = 20_000  # the BM25 server's --max-query-chars: the huge query is over it

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from eval.decimal_text import parse_int
-from eval.fingerprint import corpus_fingerprint
-from eval.quoting import quoted
+from eval.plumbing.decimal_text import parse_int
+from eval.plumbing.fingerprint import corpus_fingerprint
+from eval.plumbing.quoting import quoted
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ import pytrec_eval
 
 from eval.datasets import GRADE_MAX, GRADE_MIN
 from eval.metrics import CUT_FAMILIES, DEFAULT_K_VALUES, metric_names
-from eval.quoting import quoted
+from eval.plumbing.quoting import quoted
 
 Run = dict[str, dict[str, float]]
 Qrels = dict[str, dict[str, int]]
@@ -195,7 +195,7 @@ class Evaluation:
         )
 
 
-def evaluate(
+def evaluate_run(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
     k_values: Iterable[int] = DEFAULT_K_VALUES,

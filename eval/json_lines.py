@@ -1,7 +1,7 @@
 """Reading the JSON and JSON-lines files eval reads, with every refusal naming the file and
 the line: ``<file> line <n>: not valid UTF-8 (bad byte at column <c>)``, ``... not valid JSON
 (<why>, column <c>)``. What a line must hold (its fields) is each reader's to check; quoted
-values go through `eval.quoting`, so a line stays short whatever the file holds.
+values go through `eval.plumbing.quoting`, so a line stays short whatever the file holds.
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from eval.json_lines import decoded, raw_lines
-from eval.quoting import quoted
+from eval.plumbing.quoting import quoted
 
 
 @dataclass(frozen=True)
 class QueryRecord:
-    """What a stage keeps of one query (`agents.runner.run_one` makes it): the final
+    """What a stage keeps of one query (`agents.execution.task_queries.run_one` makes it): the final
     ranking as [doc id, score] pairs, the texts it generated, its usage and every step."""
 
     query_id: str

@@ -97,8 +97,8 @@ Decisions worth knowing:
 * The paper's average is the mean of the 8 per-task values (×100 in its tables);
   `Reference.average` returns it as a fraction. Over all 8 tasks a leaderboard row's is the
   page's own Avg, which the data file keeps (it was averaged before rounding).
-* Nothing here knows about agents or run configurations (`agents.paper` maps a run to its
-  row); this module imports nothing heavy, so ``--help`` is instant.
+* Nothing here knows about agents or run configurations (`agents.execution.published_row` maps a run
+  to its row); this module imports nothing heavy, so ``--help`` is instant.
 """
 
 from __future__ import annotations
@@ -116,9 +116,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from eval.cli import command
 from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.metrics import FAMILIES, HEADLINE, metric_name, parse_metric, parse_metrics
+from eval.plumbing.cli import command
 
 DATA_DIR = Path(__file__).resolve().parent / "references"
 DEFAULT_TABLE = "r2med"  # R2MED's repository, results/
@@ -613,8 +613,9 @@ def table_text(table: Mapping[str, Any]) -> str:
 
 # ---- the leaderboard's importer ------------------------------------------------------------
 
-# The page's names (case-folded) -> R2MED's short names, its results/ folders' (agents.paper
-# maps those to models). Only names the page uses: a new one must be mapped by hand.
+# The page's names (case-folded) -> R2MED's short names, its results/ folders'
+# (agents.execution.published_row maps those to models). Only names the page uses: a new one must be
+# mapped by hand.
 LEADERBOARD_RETRIEVERS = {
     "bm25": "bm25",
     "nv-embed-v2": "nv",
@@ -1429,7 +1430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(text: str, out: Path | None) -> None:
-    from eval.files import write_text
+    from eval.plumbing.files import write_text
 
     if out is None:
         sys.stdout.write(text)

@@ -8,8 +8,8 @@ import os
 from collections.abc import Mapping, Sequence
 
 from eval.evaluate import Evaluation
-from eval.files import write_json, write_text
 from eval.metrics import HEADLINE, parse_metric
+from eval.plumbing.files import write_json, write_text
 from eval.runs import per_query_text
 
 PathLike = str | os.PathLike[str]

@@ -31,7 +31,7 @@ by its folder's name, and counts as LLM-free when its records show no LLM call.
 A `RunFolder` stands for a run's folder, a `TaskFolder` for a task's and a `StageFolder` for
 a stage's: each holds a path and names the files in it, and its methods read and write
 them. The runner, `eval.compare`, `agents.trace` and `agents.sweep` all go through them
-(every write atomic and durable, see `eval.files`), which is why this sits below `agents`
+(every write atomic and durable, see `eval.plumbing.files`), which is why this sits below `agents`
 and imports nothing heavy. A task's summary is `eval.task_summary.TaskSummary`, a query's
 record `eval.records`'s; `RunQrels` finds the judgements of a run's tasks.
 """
@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.files import describe_os_error, safe_name, write_json, write_text
 from eval.json_lines import JsonFileError, decoded, parsed, raw_lines, read_json
-from eval.quoting import quoted
+from eval.plumbing.files import describe_os_error, safe_name, write_json, write_text
+from eval.plumbing.quoting import quoted
 from eval.records import iter_records, read_records
 from eval.task_summary import AGENT_STAGE, TaskSummary
 

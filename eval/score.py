@@ -22,7 +22,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.cli import command
 from eval.datasets import (
     R2MED_TASKS,
     DataError,
@@ -32,8 +31,9 @@ from eval.datasets import (
     r2med_task_name,
     read_qrels,
 )
-from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate
+from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate_run
 from eval.metrics import HEADLINE, k_values_of, parse_metrics
+from eval.plumbing.cli import command
 from eval.trec import read_run
 
 DEFAULT_METRICS = (HEADLINE, "MAP@10", "Recall@10", "Recall@100", "P@10", "MRR")
@@ -88,7 +88,7 @@ def _score(args: argparse.Namespace) -> int:
     runs = {path: _run(path) for path in args.runs}
     rows = []
     for path, run in runs.items():
-        result = evaluate(qrels, run, k_values=k_values, missing=args.missing, ties=args.ties)
+        result = evaluate_run(qrels, run, k_values=k_values, missing=args.missing, ties=args.ties)
         rows.append([path, *(f"{result.mean[m]:.5f}" for m in metrics)])
         notes.append(f"{path}: {result.describe()}")
     print(_table(["run", *metrics], rows))

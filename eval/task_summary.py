@@ -1,7 +1,7 @@
 """A task's summary, the ``metrics.json`` of its folder, as a typed value.
 
-The run's writer (`agents.pipeline`) makes one per task when the task ends, and everyone who
-shows a task (the printed line, `eval.compare`, the final stage's folder) reads it back
+The run's writer (`agents.execution.whole_run`) makes one per task when the task ends, and everyone
+who shows a task (the printed line, `eval.compare`, the final stage's folder) reads it back
 through `eval.runs.TaskFolder.summary`. The keys every task has are typed fields, in the
 order ``metrics.json`` holds them; the keys only some tasks have (a rerank stage's reply
 outcomes, replayed generations, a run file, a source run, the no-LLM baseline) are optional
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
-from eval.argtypes import type_problem
-from eval.quoting import quoted
+from eval.plumbing.argtypes import type_problem
+from eval.plumbing.quoting import quoted
 
 AGENT_STAGE = "agent"  # the name the first stage goes by in a task's "stages"
 

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.datasets import id_problem
-from eval.decimal_text import parse_float, parse_int
 from eval.evaluate import Run, TieOrder, strictly_decreasing
-from eval.files import write_text
-from eval.quoting import quoted
+from eval.plumbing.decimal_text import parse_float, parse_int
+from eval.plumbing.files import write_text
+from eval.plumbing.quoting import quoted
 
 PathLike = str | os.PathLike[str]
 
@@ -204,7 +204,7 @@ def _lines(path: PathLike, names: tuple[str, ...], data: bytes) -> Iterator[tupl
 
 
 def _float(path: PathLike, line_no: int, field: str, text: str) -> float:
-    """A score as trec_eval's C reads it (`eval.decimal_text`: ASCII decimals only), finite
+    """A score as trec_eval's C reads it (`eval.plumbing.decimal_text`: ASCII decimals only), finite
     in float32, trec_eval's score type."""
     try:
         value = parse_float(text)

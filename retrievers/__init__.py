@@ -30,26 +30,20 @@ Adding a kind of retriever: its module, a spec form in ``config.RETRIEVERS`` and
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from eval.plumbing.lazy import lazy_face
 
-from eval.lazy import lazy_exports
-
-# public name -> (module, its name there)
-_EXPORTS = {
-    "RetrieverConfig": ("retrievers.config", "RetrieverConfig"),
-    "build_retriever": ("retrievers.search", "build_retriever"),
-    "SearchRequest": ("retrievers.base", "SearchRequest"),
-}
-__all__ = [  # the names, as tools read them; _EXPORTS says where each is
-    "RetrieverConfig",
-    "build_retriever",
-    "SearchRequest",
-]
-
-if TYPE_CHECKING:
-    from retrievers.base import SearchRequest
-    from retrievers.config import RetrieverConfig
-    from retrievers.search import build_retriever
-
-
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS, __all__)
+# module -> the public names defined there, each under its own name
+__all__, __getattr__, __dir__ = lazy_face(
+    globals(),
+    {
+        "retrievers.config": (
+            "RetrieverConfig",
+            "BM25Config",
+            "DenseConfig",
+            "ApiEmbedConfig",
+            "FusionConfig",
+        ),
+        "retrievers.search": ("build_retriever",),
+        "retrievers.base": ("SearchRequest", "Retriever"),
+    },
+)

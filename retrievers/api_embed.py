@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from eval.api_keys import placeholder_key
-from eval.credentials import public_url
-from eval.retry import DEFAULT_TIMEOUT_S, EMBED_ATTEMPTS, EMBED_BACKOFF, retrying
+from eval.plumbing.retry import DEFAULT_TIMEOUT_S, EMBED_ATTEMPTS, EMBED_BACKOFF, retrying
+from eval.plumbing.secrets.api_keys import placeholder_key
+from eval.plumbing.secrets.credentials import public_url
 
 from .config import API_BATCH_SIZE, RetrieverConfig
 from .dense import DenseIndex, build_index
@@ -55,7 +55,7 @@ class EmbeddingUnavailable(ValueError):
 
 
 def _litellm():
-    from eval.litellm_setup import litellm
+    from eval.plumbing.litellm_setup import litellm
 
     return litellm
 
@@ -216,7 +216,7 @@ def _tokenizer(family: Family, model: str):
 
 def _host(url: str | None) -> str | None:
     """The first of ``url``'s replicas as an error may show it: credentials masked by the
-    one URL rule (`eval.credentials.public_url`)."""
+    one URL rule (`eval.plumbing.secrets.credentials.public_url`)."""
     if not url:
         return None
     return public_url(url.split(",")[0].strip())

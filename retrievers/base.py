@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from eval.argtypes import check_fields
+from eval.plumbing.argtypes import check_fields
 
 if TYPE_CHECKING:
     from .bm25 import BM25Index

@@ -49,9 +49,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from eval.files import create_temp_dir
-from eval.fingerprint import corpus_fingerprint
-from eval.progress import progress_bar
+from eval.plumbing.files import create_temp_dir
+from eval.plumbing.fingerprint import corpus_fingerprint
+from eval.plumbing.progress import progress_bar
 
 from .analyzer import ANALYZER_ID, analyze, analyze_many
 from .config import BM25_DEFAULTS, BM25_METHODS

@@ -3,7 +3,7 @@
 Defaults and checks live here and only here. Each dataclass checks its fields in
 ``__post_init__`` and raises ``ValueError`` naming the field (``dense.batch_size: must be a
 positive integer, got 0``): each value against the field's annotation, then its rule
-(`eval.argtypes.check_fields`). A flag's text is read by the same rule (``"32"`` -> 32); a
+(`eval.plumbing.argtypes.check_fields`). A flag's text is read by the same rule (``"32"`` -> 32); a
 value given from Python, a sweep file or ``config.json`` must be of the field's type.
 `RetrieverConfig.to_dict` gives plain JSON data and `RetrieverConfig.from_dict` takes it
 back, refusing unknown keys by name, so a configuration written to ``config.json`` loads as
@@ -16,9 +16,9 @@ forms a spec can take.
 
 This module is also where the settings' vocabulary lives (BM25 methods and their default
 parameters, dtypes, devices, instruction sets, fusion methods, the default sizes): the
-retriever modules import it from here. It imports nothing heavier than ``eval.argtypes`` and
-``eval.credentials``, so a CLI can list every choice and default without loading numpy,
-scipy, torch or litellm.
+retriever modules import it from here. It imports nothing heavier than ``eval.plumbing.argtypes``
+and ``eval.plumbing.secrets.credentials``, so a CLI can list every choice and default without
+loading numpy, scipy, torch or litellm.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from eval.argtypes import (
+from eval.plumbing.argtypes import (
     boolean,
     check_fields,
     non_negative_float,
@@ -40,7 +40,7 @@ from eval.argtypes import (
     server_urls,
     unit_float,
 )
-from eval.credentials import is_credential_name, mask_urls, url_secret
+from eval.plumbing.secrets.credentials import is_credential_name, mask_urls, url_secret
 
 # --- the vocabulary ---------------------------------------------------------------------------
 
@@ -137,7 +137,7 @@ def _help(text: str) -> dict[str, str]:
 
 def _flag(key: str, text: str, **how: Any) -> dict[str, Any]:
     """A field's metadata when it is a flag too: ``--<key>`` (`retrievers.flags`), its help,
-    and how the flag reads a value (`eval.flags.Setting`'s type, choices, metavar, switch,
+    and how the flag reads a value (`eval.plumbing.flags.Setting`'s type, choices, metavar, switch,
     many); a flag without a type is checked when the config is built."""
     return {"help": text, "flag": key, "flag_how": how}
 
@@ -278,8 +278,8 @@ class DenseConfig:
             metavar="{true,false}",
         ),
     )
-    # None: not given; a run decides it from its preset (agents.config.RunConfig: on under
-    # --preset paper for a spec with a dense or api member) and records true or false
+    # None: not given; a run decides it from its preset (agents.config.run_config.RunConfig: on
+    # under --preset paper for a spec with a dense or api member) and records true or false
     r2med_rules: bool | None = field(
         default=None,
         metadata=_flag(

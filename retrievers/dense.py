@@ -72,9 +72,9 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.files import create_temp_file, safe_name
-from eval.fingerprint import corpus_fingerprint
-from eval.progress import progress_bar, transient
+from eval.plumbing.files import create_temp_file, safe_name
+from eval.plumbing.fingerprint import corpus_fingerprint
+from eval.plumbing.progress import progress_bar, transient
 
 from .config import (
     DEFAULT_DENSE_MODEL,
@@ -156,7 +156,7 @@ class DenseIndex:
     ties: str = "corpus"
     beir_order: np.ndarray | None = None
     # the folder its embeddings are cached in (None: not cached); a cluster's query workers
-    # receive it instead of encoding the corpus again (agents.cluster.queries)
+    # receive it instead of encoding the corpus again (agents.execution.cluster.queries)
     cache_path: Path | None = None
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:

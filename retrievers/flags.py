@@ -2,10 +2,10 @@
 
 Each `retrievers.config` field that is a flag names it in its metadata (``_flag``: the key,
 its help, how the flag reads a value); `retriever_settings` gives them in field order as
-`eval.flags.Setting`, with their paths into a run's config (``retriever.bm25.k1``).
+`eval.plumbing.flags.Setting`, with their paths into a run's config (``retriever.bm25.k1``).
 `TASK_SETTINGS` are what a retriever is built over and with besides its config: the dataset,
 the cache folder and a call's timeout. `add_retriever_arguments` adds both (the retrieval
-server's flags); ``agents.settings.SETTINGS`` holds the same settings among the run's, so the
+server's flags); ``agents.config.settings.SETTINGS`` holds the same settings among the run's, so the
 two command lines take the same names, checks and defaults. `retriever_from_settings` builds
 the `RetrieverConfig` the flat values describe.
 """
@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from eval.argtypes import positive_float
-from eval.flags import Setting, add_flags, key_values
-from eval.retry import DEFAULT_TIMEOUT_S
+from eval.plumbing.argtypes import positive_float
+from eval.plumbing.flags import Setting, add_flags, key_values
+from eval.plumbing.retry import DEFAULT_TIMEOUT_S
 from retrievers.config import RetrieverConfig
 
 SECTION = RetrieverConfig.SECTION
@@ -37,7 +37,7 @@ TASK_SETTINGS: dict[str, Setting] = {
     ),
     "cache_dir": Setting("cache_dir", "indexes, LLM cache, downloads"),
 }
-# what a run takes when a task setting is not given (agents.config.RunConfig's defaults)
+# what a run takes when a task setting is not given (agents.config.run_config.RunConfig's defaults)
 TASK_DEFAULTS: dict[str, Any] = {"dataset": "demo", "timeout": DEFAULT_TIMEOUT_S}
 
 

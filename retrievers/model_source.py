@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.quoting import clipped
+from eval.plumbing.quoting import clipped
 
 # What transformers and sentence-transformers load weights from (one of them, or its index).
 WEIGHT_FILES = (

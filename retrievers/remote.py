@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from eval.retry import REMOTE_ATTEMPTS as ATTEMPTS
-from eval.retry import REMOTE_BACKOFF, retrying
+from eval.plumbing.retry import REMOTE_ATTEMPTS as ATTEMPTS
+from eval.plumbing.retry import REMOTE_BACKOFF, retrying
 from retrievers.bearer_token import TokenError, read_token
 from retrievers.config import SERVE_TOKEN_VARIABLE
 
@@ -63,7 +63,7 @@ class RemoteAnswerError(RuntimeError):
 
 class RemoteRunError(ValueError):
     """A fault of the run, not of one query: every other search would meet it too, so the run
-    stops with this one line, keeping every finished query (agents/runner.py)."""
+    stops with this one line, keeping every finished query (agents/execution/task_queries.py)."""
 
 
 class RemoteIndexChanged(RemoteRunError):

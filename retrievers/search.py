@@ -21,9 +21,6 @@ average that with the expansion's embedding, as R2MED's HyDE evaluation does (se
 under ``dense.r2med_rules`` (on under ``--preset paper``) a paired request's empty expansion
 too, as R2MED averages its empty texts, and an API family with ``retry_cuts`` sends a failed
 request again cut shorter, as R2MED's ``RetrievalOPENAI`` does.
-
-This module also re-exports what callers use, so ``retrievers.search`` stays the one import:
-`SearchRequest`, `Retriever`, `RETRIEVERS`, `RetrieverConfig`, `build_retriever`.
 """
 
 from __future__ import annotations
@@ -36,24 +33,13 @@ from typing import Any
 from eval.datasets import Task
 
 from .api_embed import build_api_dense
-from .base import BM25Retriever, DenseRetriever, Retriever, SearchRequest
+from .base import BM25Retriever, DenseRetriever, Retriever
 from .bm25 import build_bm25
-from .config import RETRIEVER_KINDS, RETRIEVERS, RetrieverConfig, SpecPart
+from .config import RETRIEVER_KINDS, RetrieverConfig, SpecPart
 from .dense import DEFAULT_DENSE_MODEL, build_dense, resolve_device, resolve_model
 from .families import OWN_CODE_LOADERS, family_for
 from .hybrid import HybridRetriever
 from .model_source import TOKENIZER, Needs, check_model_source
-
-__all__ = [
-    "RETRIEVERS",
-    "BM25Retriever",
-    "DenseRetriever",
-    "HybridRetriever",
-    "Retriever",
-    "RetrieverConfig",
-    "SearchRequest",
-    "build_retriever",
-]
 
 
 def build_retriever(

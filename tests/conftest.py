@@ -78,10 +78,10 @@ def restore_litellm_providers():
 
 @pytest.fixture(autouse=True)
 def no_retry_waits(monkeypatch):
-    """Retries keep their count and order in tests, but never back off (eval.retry)."""
-    import eval.retry
+    """Retries keep their count and order in tests, but never back off (eval.plumbing.retry)."""
+    import eval.plumbing.retry
 
-    monkeypatch.setattr(eval.retry, "BACKOFF", False)
+    monkeypatch.setattr(eval.plumbing.retry, "BACKOFF", False)
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +108,7 @@ def bm25_runs(tmp_path_factory):
     """``runs(dataset)``: `--agent none` runs of bm25q and lucene on a dataset folder, made once
     a session and shared by the tests that read them (tests/test_compare.py, tests/test_run.py):
     ``({"bm25q": folder, "lucene": folder}, cache dir)``. Copy a folder before changing it."""
-    from agents.run import main
+    from agents.commands.run import main
 
     made: dict[Path, tuple[dict[str, Path], Path]] = {}
 

@@ -60,7 +60,7 @@ def write_toy(folder: Path) -> Path:
 
 def run_agent(toy: dict, agent: str, *extra: str, name: str = "run") -> int:
     """``python -m agents.run`` in this process: ``agent`` on the toy task, scripted model."""
-    from agents.run import main
+    from agents.commands.run import main
 
     return main([
         "--agent", agent, "--dataset", str(toy["data"]), "--model", "scripted/test",
@@ -88,7 +88,7 @@ def share_models(cache_dir: Path, session_cache: Path) -> Path:
     """``cache_dir`` with the joined embedded models of ``session_cache`` hard-linked into its
     ``models/`` (the file and its stamp): a test that needs a cache of its own does not join them
     again (the ``models_cache`` fixture)."""
-    from agents.llm.weights import LOCAL_MODELS, model_file, stamp_path
+    from agents.llm.embedded.weights import LOCAL_MODELS, model_file, stamp_path
 
     models = Path(cache_dir) / "models"
     models.mkdir(parents=True, exist_ok=True)

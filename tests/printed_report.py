@@ -21,7 +21,8 @@ from eval import runs
 TASK_LINE = re.compile(
     r"(?P<task>\S+): NDCG@10 = (?P<ndcg>[01]\.\d{5})"
     r"(?: \(BM25 without LLM: (?P<bm25>[01]\.\d{5})\))?"
-    # a run that reproduces a published row: the row's figure with its source (agents.paper)
+    # a run that reproduces a published row: the row's figure with its source
+    # (agents.execution.published_row)
     r"(?: \((?P<paper>[^():;]+): (?P<paper_figure>[01]\.\d{4,5})(?:; [^()]+)?\))?"
     r"(?:; LLM calls (?P<calls>\d+) \((?P<cached>\d+) cached\), "
     r"tokens (?P<prompt>\d+) in / (?P<completion>\d+) out)?"
@@ -33,7 +34,8 @@ AVERAGING = re.compile(
 )
 TABLE_ROW = re.compile(r"\| (?P<cells>[^|]+(?: \| [^|]+)*) \|")
 PERCENT = re.compile(r"\d{1,3}\.\d{2}")
-# the published row's average over the run's R2MED tasks, with its source (agents.paper)
+# the published row's average over the run's R2MED tasks, with its source
+# (agents.execution.published_row)
 PAPER_AVERAGE = re.compile(
     r"(?P<source>[^()]+) \((?P<row>[^()]+)\): avg nDCG@10 (?P<avg>\d{1,3}\.\d{2}) over the "
     r"same tasks(?:; .+)?"

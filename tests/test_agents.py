@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.run import main
 from agents.llm import scripted
-from agents.run import main
 from eval.records import unpack_record
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."

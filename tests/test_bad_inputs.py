@@ -1,4 +1,5 @@
-"""The bad-input catalogue of docs/reliability.md, each case driven through `agents.run.main`.
+"""The bad-input catalogue of docs/reliability.md, each case driven through
+`agents.commands.run.main`.
 
 Fatal inputs end with exit code 2 and ONE line on stderr naming file, line and field, before
 anything is written; survivable ones are reported (logged warnings) and the run goes on.
@@ -13,10 +14,10 @@ from pathlib import Path
 import diskcache
 import pytest
 
+from agents.commands.run import main
+from agents.execution.task_queries import read_records
 from agents.graphs.search_o1 import BEGIN_QUERY
 from agents.llm import scripted
-from agents.run import main
-from agents.runner import read_records
 from tests.helpers import one_line_error
 
 PASSAGE = "Statins inhibit HMG-CoA reductase."

@@ -11,14 +11,14 @@ field added later cannot slip through untested.
 On a finished run (one small task, one query, the scripted provider), each setting is changed
 alone and the same command run again into the same folder:
 
-* a setting of `agents.binding.binding` must be refused with exit code 2 and one stderr line
+* a setting of `agents.config.binding.binding` must be refused with exit code 2 and one stderr line
   naming it, before any model call and without touching the folder;
-* a runtime setting (`agents.binding.RUNTIME`, `LLM_RUNTIME`) must resume: exit 0, no model
+* a runtime setting (`agents.config.binding.RUNTIME`, `LLM_RUNTIME`) must resume: exit 0, no model
   call, the finished records read back as they are.
 
-A config the command line can build is run through `agents.run.main`; the others (a source
-run, embedding parameters that are numbers) through `agents.pipeline.run`, whose RunError is
-what `agents.run` prints.
+A config the command line can build is run through `agents.commands.run.main`; the others (a source
+run, embedding parameters that are numbers) through `agents.execution.whole_run.run_dataset`, whose
+RunError is what `agents.run` prints.
 
 The last test edits a chat template file in place: its text binds the folder, as a prompt
 file's does.
@@ -40,21 +40,21 @@ from typing import Any
 
 import pytest
 
-import agents.binding
+import agents.config.binding
+import agents.execution.machine
+import agents.execution.plan
 import agents.llm.sampling
-import agents.machine
-import agents.plan
 import agents.rerank.cross
-from agents.config import RunConfig, StageConfig
+from agents.config.registry import AGENTS, STAGES
+from agents.config.run_config import RunConfig, StageConfig
+from agents.config.serialise import from_dict, to_dict
+from agents.config.settings import SETTINGS, from_settings, settings_from_args
+from agents.execution.whole_run import RunError
 from agents.graphs.search_loop import FINAL_RANKINGS as SEARCH_FINAL_RANKINGS
 from agents.graphs.search_loop import LLM_MODES
 from agents.graphs.tool_search import FINAL_RANKINGS as TOOL_FINAL_RANKINGS
 from agents.llm import scripted
-from agents.pipeline import RunError
-from agents.registry import AGENTS, STAGES
 from agents.rerank.pointwise import JUDGES
-from agents.serialise import from_dict, to_dict
-from agents.settings import SETTINGS, from_settings, settings_from_args
 from eval import runs
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS
 from retrievers.config import DTYPES, FUSION_METHODS, INSTRUCTION_SETS
@@ -93,7 +93,7 @@ class Field:
     @property
     def runtime(self) -> bool:
         top, _, rest = self.path.partition(".")
-        runtime, llm_runtime = agents.binding.RUNTIME, agents.binding.LLM_RUNTIME
+        runtime, llm_runtime = agents.config.binding.RUNTIME, agents.config.binding.LLM_RUNTIME
         return self.path in runtime or (top == "llm" and rest in llm_runtime)
 
 
@@ -162,7 +162,7 @@ SCENARIOS = {
 
 # --- alternative values -------------------------------------------------------------------------
 
-# str settings whose values are a closed set that no `agents.settings.SETTINGS` entry lists
+# str settings whose values are a closed set that no `agents.config.settings.SETTINGS` entry lists
 PATH_CHOICES: dict[str, tuple[Any, ...]] = {
     "retriever.dense.device": ("auto", "cpu"),
     "retriever.dense.dtype": DTYPES,
@@ -292,7 +292,7 @@ def _other_template_text(ctx: Context) -> RunConfig:
 
 def _other_machine(ctx: Context) -> RunConfig:
     other = {"cpu": {"model": "another CPU", "arch": "x86_64", "features": []}, "python": "3.0"}
-    ctx.monkeypatch.setattr(agents.machine, "describe", lambda embedded: other)
+    ctx.monkeypatch.setattr(agents.execution.machine, "describe", lambda embedded: other)
     return ctx.scenario.config
 
 
@@ -300,13 +300,15 @@ def _other_index(ctx: Context) -> RunConfig:
     """A retrieval server holding another index than the run was made with (what
     tests/test_retrieval_server.py's remote runs record, served by a real server)."""
     other = {"demo": {"remote:http://127.0.0.1:9": {"corpus": "another", "settings": "x"}}}
-    ctx.monkeypatch.setattr(agents.plan, "remote_indexes", lambda config, plans: other)
+    ctx.monkeypatch.setattr(agents.execution.plan, "remote_indexes", lambda config, plans: other)
     return ctx.scenario.config
 
 
 def _other_chunk(ctx: Context) -> RunConfig:
     """Embedded models evaluating prompts in other chunks: other floats (prefix_cache.CHUNK)."""
-    ctx.monkeypatch.setattr(agents.plan, "evaluation_settings", lambda model: {"n_batch": 64})
+    ctx.monkeypatch.setattr(
+        agents.execution.plan, "evaluation_settings", lambda model: {"n_batch": 64}
+    )
     return ctx.scenario.config
 
 
@@ -589,13 +591,13 @@ class Scenarios:
 
     def get(self, name: str) -> Scenario:
         if name not in self.made:
-            from agents.pipeline import run
+            from agents.execution.whole_run import run_dataset
 
             settings, extras = self.settings(name)
             config = from_settings(settings)
             if "run_file" in extras:  # no flag of agents.run sets it: agents.rerank does
                 config = dataclasses.replace(config, run_file=str(extras["run_file"]))
-            result = run(config, progress=False)
+            result = run_dataset(config, progress=False)
             assert result.failed == 0, f"the base run {name} failed: {result.tasks}"
             # named by its default name, so that run_name=None names the same folder
             named = dataclasses.replace(config, run_name=result.run_dir.name)
@@ -673,7 +675,7 @@ def argv_for(config: RunConfig) -> list[str] | None:
         given = [f"{k}={v}" for k, v in stage.options.items() if v != own[k]
                  and not (k == "model" and config.llm and v == config.llm.model)]  # fmt: skip
         args += ["--rerank", ",".join([stage.kind, *given])]
-    from agents.run import parse_args
+    from agents.commands.run import parse_args
 
     try:
         rebuilt = from_settings(settings_from_args(parse_args(args)))
@@ -694,17 +696,17 @@ def attempt(config: RunConfig, capsys: pytest.CaptureFixture[str]) -> Outcome:
     capsys.readouterr()
     argv = argv_for(config)
     if argv is not None:
-        from agents.run import main
+        from agents.commands.run import main
 
         code = main([*argv, "--quiet"])
         return Outcome(code, capsys.readouterr().err.splitlines(), "agents.run")
-    from agents.pipeline import run
+    from agents.execution.whole_run import run_dataset
 
     try:
-        run(config, progress=False)
+        run_dataset(config, progress=False)
     except RunError as e:  # what agents.run prints for it, and its exit code
-        return Outcome(2, f"error: {e}".splitlines(), "agents.pipeline")
-    return Outcome(0, capsys.readouterr().err.splitlines(), "agents.pipeline")
+        return Outcome(2, f"error: {e}".splitlines(), "agents.execution.whole_run")
+    return Outcome(0, capsys.readouterr().err.splitlines(), "agents.execution.whole_run")
 
 
 REFUSED = re.compile(
@@ -715,7 +717,7 @@ REFUSED = re.compile(
 
 
 def expected_name(f: Field) -> str:
-    """How `agents.binding.differences` names the field: its flag's name where it has one, an
+    """How `agents.config.binding.differences` names the field: its flag's name where it has one, an
     option by its key, a stage (any of its settings) as ``rerank``, else its path."""
     if f.path.startswith("options."):
         return f.key
@@ -767,10 +769,10 @@ def test_the_walk_finds_every_setting():
 
 
 def test_runtime_settings_are_the_reviewed_ones():
-    assert set(agents.binding.RUNTIME) == REVIEWED_RUNTIME
-    assert set(agents.binding.LLM_RUNTIME) == REVIEWED_LLM_RUNTIME
+    assert set(agents.config.binding.RUNTIME) == REVIEWED_RUNTIME
+    assert set(agents.config.binding.LLM_RUNTIME) == REVIEWED_LLM_RUNTIME
     # what decides the output can never be runtime, whatever the lists become
-    assert not set(RECORDED) & set(agents.binding.RUNTIME)
+    assert not set(RECORDED) & set(agents.config.binding.RUNTIME)
 
 
 @pytest.mark.parametrize("f", BINDING, ids=lambda f: f.id)

@@ -1,4 +1,5 @@
-"""The one error ladder (eval.cli, agents.cli), tested once for every command line.
+"""The one error ladder (eval.plumbing.cli, agents.commands.cli), tested once for every command
+line.
 
 Each kind of refusal ends a command with exactly one line on stderr and its exit status: a
 ValueError subclass (every config, data and flag error is one) and an OSError naming its file
@@ -21,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-import agents.rerank.__main__
-import agents.run
-import agents.sweep
-import agents.trace
+import agents.commands.rerank
+import agents.commands.run
+import agents.commands.sweep
+import agents.commands.trace
 import eval.references
 import eval.score
-from agents.interrupt import MESSAGE as RESUMABLE
 from agents.llm.errors import LLMUnavailable
-from eval.cli import INTERRUPTED
+from agents.shared.interrupt import MESSAGE as RESUMABLE
+from eval.plumbing.cli import INTERRUPTED
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,20 +52,21 @@ class Entry:
 
 ENTRIES = {
     "agents.run": Entry(
-        agents.run.main, lambda d: ["--dataset", str(d / "data"), "--runs-dir", str(d / "runs")],
-        "agents.run.from_settings", RESUMABLE, True,
+        agents.commands.run.main,
+        lambda d: ["--dataset", str(d / "data"), "--runs-dir", str(d / "runs")],
+        "agents.commands.run.from_settings", RESUMABLE, True,
     ),
     "agents.rerank": Entry(
-        agents.rerank.__main__.main, lambda d: [str(d / "run"), "--rerank", "llm-listwise"],
-        "agents.rerank.__main__.rerank_config", RESUMABLE, True,
+        agents.commands.rerank.main, lambda d: [str(d / "run"), "--rerank", "llm-listwise"],
+        "agents.commands.rerank.rerank_config", RESUMABLE, True,
     ),
     "agents.sweep": Entry(
-        agents.sweep.main, lambda d: [str(d / "sweep.toml")],
-        "agents.sweep.load_sweep", RESUMABLE, True,
+        agents.commands.sweep.main, lambda d: [str(d / "sweep.toml")],
+        "agents.commands.sweep.load_sweep", RESUMABLE, True,
     ),
     "agents.trace": Entry(
-        agents.trace.main, lambda d: [str(d / "run"), "q1"],
-        "agents.trace.find_record", INTERRUPTED, True,
+        agents.commands.trace.main, lambda d: [str(d / "run"), "q1"],
+        "agents.commands.trace.find_record", INTERRUPTED, True,
     ),
     "eval.score": Entry(
         eval.score.main, lambda d: ["--qrels", str(touched(d / "qrels.txt")), str(d / "run.trec")],
@@ -141,7 +143,7 @@ def test_a_bug_is_no_refusal_and_keeps_its_traceback(name, tmp_path, monkeypatch
 
 
 def test_an_os_error_names_the_file_and_says_write_only_for_a_write(capsys):
-    from eval.cli import command
+    from eval.plumbing.cli import command
 
     def fail(exc: OSError) -> str:
         assert command(raising(exc)) == 2
@@ -219,7 +221,7 @@ def test_a_bad_flag_is_the_parser_s_one_error_line_and_exit_2(name, tmp_path):
 
 HEAVY = ("litellm", "langgraph", "llama_cpp", "torch", "sentence_transformers", "transformers")
 # a run's machinery: the command's body imports it, once the arguments are known good
-AFTER_PARSING = ("agents.pipeline", "agents.estimate", "retrievers.search")
+AFTER_PARSING = ("agents.execution.whole_run", "agents.estimate", "retrievers.search")
 
 HELP = """
 import contextlib, io, json, runpy, sys

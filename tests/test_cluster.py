@@ -399,9 +399,9 @@ def test_a_driver_of_another_ray_version_is_one_line(cluster):
         "from retrievers.cluster.connect import connect\n"
         f"connect({cluster!r})\n"
     )
-    # through the commands' own error ladder (eval.cli.command)
+    # through the commands' own error ladder (eval.plumbing.cli.command)
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from eval.cli import command\n"
+        [sys.executable, "-c", "import sys; from eval.plumbing.cli import command\n"
          f"def body():\n    exec({script!r}, {{}})\n    return 0\nsys.exit(command(body))"],
         cwd=REPO, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}, capture_output=True,
         text=True, timeout=180,

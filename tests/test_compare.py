@@ -17,11 +17,11 @@ import pytest
 import ranx
 from scipy import stats
 
-from agents.run import main as run_main
+from agents.commands.run import main as run_main
 from eval.compare import CompareError, compare_runs, load_run
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import load_tasks
-from eval.evaluate import evaluate
+from eval.evaluate import evaluate_run
 from eval.report import write_per_query
 from eval.significance import N_RESAMPLES, SEED, paired_p_value
 from eval.trec import read_run, write_run
@@ -46,7 +46,7 @@ def _reverse_top10(folder: Path, task: str, qrels: dict) -> None:
         order = ranked[:10][::-1] + ranked[10:]
         degraded[qid] = {d: float(len(order) - i) for i, d in enumerate(order)}
     write_run(degraded, folder / task / "run.trec")
-    evaluation = evaluate({q: qrels[q] for q in run}, degraded)
+    evaluation = evaluate_run({q: qrels[q] for q in run}, degraded)
     write_per_query(evaluation, folder / task / "per_query.jsonl")
     summary = json.loads((folder / task / "metrics.json").read_text())
     summary["metrics"] = evaluation.mean

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.run import main as run_main
+from agents.commands.run import main as run_main
 from eval.compare import compare_runs
 from eval.compare.__main__ import main as compare_main
 from eval.significance import TESTS, NoTest, paired_p_value, paired_test

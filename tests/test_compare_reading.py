@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.run import main as run_main
+from agents.commands.run import main as run_main
 from eval.compare import CompareError, compare_runs
 from eval.compare.__main__ import main as compare_main
 from eval.records import read_records, record_line

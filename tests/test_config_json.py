@@ -3,8 +3,9 @@
 The user's inputs are `RunConfig`'s own fields; what a run records about itself is apart, in
 `RunConfig.recorded`. The file keeps both at its top level in the order it always had, so a run
 folder written before the split reads, resumes and compares byte for byte. Each job of the
-configuration has a module of its own (agents.config, agents.stages, agents.serialise,
-agents.settings, agents.binding); the lower ones load none of the higher.
+configuration has a module of its own (agents.config.run_config, agents.config.stages,
+agents.config.serialise, agents.config.settings, agents.config.binding); the lower ones load none of
+the higher.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import sys
 
 import pytest
 
-from agents.binding import binding, differences
-from agents.config import ConfigError, Recorded, RunConfig
-from agents.serialise import KEYS, from_dict, to_dict
-from agents.settings import from_settings
+from agents.config.binding import binding, differences
+from agents.config.run_config import ConfigError, Recorded, RunConfig
+from agents.config.serialise import KEYS, from_dict, to_dict
+from agents.config.settings import from_settings
 from tests.helpers import REPO
 
 # config.json's top-level keys in the order run folders have always held them (the fields of
@@ -88,11 +89,14 @@ def test_unknown_keys_are_named_with_the_known_ones():
 @pytest.mark.parametrize(
     ("module", "absent"),
     [
-        ("agents.config", ("agents.stages", "agents.serialise", "agents.settings",
-                           "agents.binding", "eval.flags", "retrievers.flags")),
-        ("agents.stages", ("agents.serialise", "agents.settings", "agents.binding")),
-        ("agents.serialise", ("agents.stages", "agents.settings", "agents.binding")),
-        ("agents.settings", ("agents.binding",)),
+        ("agents.config.run_config", ("agents.config.stages", "agents.config.serialise",
+                                      "agents.config.settings", "agents.config.binding",
+                                      "eval.plumbing.flags", "retrievers.flags")),
+        ("agents.config.stages", ("agents.config.serialise", "agents.config.settings",
+                                  "agents.config.binding")),
+        ("agents.config.serialise", ("agents.config.stages", "agents.config.settings",
+                                     "agents.config.binding")),
+        ("agents.config.settings", ("agents.config.binding",)),
     ],
 )  # fmt: skip
 def test_each_job_loads_none_above_it(module, absent):

@@ -12,9 +12,9 @@ import typing
 
 import pytest
 
-from agents.config import EvalConfig, LLMConfig, Recorded, RunConfig, StageConfig
-from agents.registry import STAGES
-from agents.settings import add_arguments, from_settings, settings_from_args
+from agents.config.registry import STAGES
+from agents.config.run_config import EvalConfig, LLMConfig, Recorded, RunConfig, StageConfig
+from agents.config.settings import add_arguments, from_settings, settings_from_args
 from retrievers.base import SearchRequest
 from retrievers.config import (
     ApiEmbedConfig,

@@ -24,7 +24,7 @@ from eval.datasets import (
     load_tasks,
     task_fingerprint,
 )
-from eval.fingerprint import corpus_fingerprint
+from eval.plumbing.fingerprint import corpus_fingerprint
 from tests.synthetic import SEED as SYNTHETIC_SEED
 from tests.synthetic import generate, write_task
 
@@ -155,7 +155,7 @@ def test_synthetic_task_is_the_same_on_every_machine(synthetic_dir: Path, tmp_pa
 def test_synthetic_task_has_what_the_tests_rely_on(synthetic_dir: Path) -> None:
     """Graded qrels, several relevant documents for many queries, duplicates (exact ties), a
     Zipfian vocabulary, and BM25 right only some of the time."""
-    from eval.evaluate import evaluate
+    from eval.evaluate import evaluate_run
     from retrievers.bm25 import analyze_many, build_bm25
 
     task = load_folder(synthetic_dir)
@@ -171,7 +171,7 @@ def test_synthetic_task_has_what_the_tests_rely_on(synthetic_dir: Path) -> None:
 
     index = build_bm25(task.corpus, method="bm25q", progress=False)
     run = index.search_many(task.queries, k=100, progress=False)
-    ndcg = evaluate(task.qrels, run, k_values=(10,)).per_query
+    ndcg = evaluate_run(task.qrels, run, k_values=(10,)).per_query
     mean = sum(v["NDCG@10"] for v in ndcg.values()) / len(ndcg)
     assert 0.3 < mean < 0.7
     assert sum(v["NDCG@10"] == 1 for v in ndcg.values()) > 30  # some queries solved ...

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from eval.datasets import DEMO_DIR, DataError, load_folder, load_task, load_tasks
-from eval.evaluate import evaluate
+from eval.evaluate import evaluate_run
 from retrievers.bm25 import build_bm25
 
 # Query-style markers. Exam questions list options A. to E.; clinical cases open with the
@@ -94,5 +94,5 @@ def test_all_query_styles_are_present(task):
 def test_bm25_is_neither_trivial_nor_hopeless(task):
     index = build_bm25(task.corpus, progress=False)
     run = index.search_many(task.queries, progress=False)
-    ndcg = evaluate(task.qrels, run).mean["NDCG@10"]
+    ndcg = evaluate_run(task.qrels, run).mean["NDCG@10"]
     assert 0.15 < ndcg < 0.85, ndcg

@@ -6,6 +6,7 @@ import pytest
 
 from eval.datasets import Task  # noqa: E402
 from retrievers import dense  # noqa: E402
+from retrievers.base import SearchRequest  # noqa: E402
 from retrievers.config import ApiEmbedConfig, DenseConfig, RetrieverConfig  # noqa: E402
 from retrievers.dense import (  # noqa: E402
     DenseIndex,
@@ -16,7 +17,7 @@ from retrievers.dense import (  # noqa: E402
     prefixing,
     resolve_device,
 )
-from retrievers.search import SearchRequest, build_retriever  # noqa: E402
+from retrievers.search import build_retriever  # noqa: E402
 
 TINY = {
     "d1": "Aspirin irreversibly inhibits cyclooxygenase and platelet aggregation.",

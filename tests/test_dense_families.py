@@ -547,7 +547,7 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
     the dense run never ranks the query's own document, keeps 100 - 1 others, records the
     family's settings in config.json, and the same run with --ignore-identical-ids false does
     rank it."""
-    from agents.run import main
+    from agents.commands.run import main
 
     folder = tmp_path / "task"
     folder.mkdir()
@@ -587,7 +587,7 @@ def test_a_run_drops_the_querys_own_document_and_records_the_family(models, tmp_
 
 
 def test_a_remote_code_model_is_refused_before_anything_runs(tmp_path, capsys):
-    from agents.run import main
+    from agents.commands.run import main
 
     code = main(["--agent", "hyde", "--dataset", "demo", "--model", "local/smollm2-135m",
                  "--retriever", "dense:nvidia/NV-Embed-v2",

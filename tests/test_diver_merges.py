@@ -16,7 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agents.config import ConfigError
+from agents.commands.run import main
+from agents.config.run_config import ConfigError
+from agents.config.stages import parse_stage
 from agents.llm import scripted
 from agents.llm.errors import LLMReplyError
 from agents.llm.responses import Completion
@@ -24,8 +26,6 @@ from agents.llm.sampling import resolve
 from agents.rerank import StageContext
 from agents.rerank.diver_pointwise import DEFAULTS, build_diver_pointwise, read_score
 from agents.rerank.point_list import merge, rank_scores
-from agents.run import main
-from agents.stages import parse_stage
 from eval.records import read_records
 from eval.usage import Usage
 from prompts import PromptBook, load_prompt
@@ -563,7 +563,7 @@ def test_both_presets_send_diver_s_sampling_and_the_paper_preset_vllm_s_defaults
 def test_the_stages_that_fit_each_role_are_every_registered_stage_that_does():
     """FITTING, written out so that the stage needs no registry, is what the registry holds:
     the LLM stages whose calls are all the role's node, with a depth, model and server."""
-    from agents.registry import STAGES
+    from agents.config.registry import STAGES
     from agents.rerank.point_list import FITTING, ROLES
 
     for role, node in ROLES.items():
@@ -605,8 +605,8 @@ def test_point_list_takes_only_stages_that_fit_each_role():
 def test_each_role_is_sent_its_stage_s_sampling():
     """A point-list call is sampled as the stage making it would be (StageSpec.sampled_as,
     read where the run records its sampling)."""
-    from agents.config import LLMConfig, RunConfig
-    from agents.plan import record_sampling
+    from agents.config.run_config import LLMConfig, RunConfig
+    from agents.execution.plan import record_sampling
 
     def sent(spec: str) -> dict[str, dict]:
         llm = LLMConfig(model="hosted_vllm/m", server="vllm", preset="paper")

@@ -227,7 +227,7 @@ def test_each_command_is_taken_by_its_parser(argv, monkeypatch, capsys):
     except SystemExit:
         pytest.fail(f"{key(argv)}: {capsys.readouterr().err.strip()}")
     if argv[2] == "agents.run":  # its values, as the run's configuration takes them
-        from agents.settings import from_settings, settings_from_args
+        from agents.config.settings import from_settings, settings_from_args
 
         settings = settings_from_args(args)
         settings.pop("prompt", None)  # a prompt file a doc writes first (checked when run)
@@ -237,13 +237,13 @@ def test_each_command_is_taken_by_its_parser(argv, monkeypatch, capsys):
 
         parse_metric(args.metric)
     elif argv[2] == "agents.sweep":  # its file, as the sweep reads it
-        from agents.sweep import load_sweep
+        from agents.commands.sweep import load_sweep
 
         load_sweep(REPO / args.config)
 
 
 def test_the_example_sweeps_listing_is_what_list_prints(monkeypatch):
-    from agents.sweep import list_cells, load_sweep
+    from agents.commands.sweep import list_cells, load_sweep
 
     monkeypatch.chdir(REPO)  # the file named as the docs name it, from the clone's root
     text = (REPO / "docs" / "experiments.md").read_text()
@@ -257,7 +257,7 @@ def test_the_example_sweeps_listing_is_what_list_prints(monkeypatch):
 def clone(tmp_path_factory) -> dict[str, Path | dict[str, str]]:
     """A folder laid out as the docs assume (docs/ inside, ../shared beside), with the runs the
     docs' commands read, and the environment of a machine offline and without API keys."""
-    from agents.run import main
+    from agents.commands.run import main
 
     root = tmp_path_factory.mktemp("docs")
     work = root / "r2med-agents"

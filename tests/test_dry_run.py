@@ -8,12 +8,12 @@ import shutil
 import litellm  # noqa: E402
 import pytest
 
-from agents.dry_run import MEASURED, WORST_CASE, estimate, format_estimate, usd
+from agents.commands.run import main
+from agents.config.settings import from_settings
+from agents.execution.dry_run import MEASURED, WORST_CASE, estimate, format_estimate, usd
 from agents.llm import scripted
-from agents.llm.weights import readable_model_file
+from agents.llm.embedded.weights import readable_model_file
 from agents.rerank.listwise import windows
-from agents.run import main
-from agents.settings import from_settings
 from eval.records import read_records
 from eval.usage import Usage
 from prompts import PromptBook
@@ -284,8 +284,8 @@ def test_a_local_model_has_no_price(tmp_path, toy_dir, capsys):
 def test_a_local_model_is_counted_with_its_own_tokenizer(tmp_path, toy_dir):
     from llama_cpp import Llama
 
-    from agents.llm.chatml import render_chatml
-    from agents.llm.weights import LOCAL_MODELS, model_file
+    from agents.llm.embedded.chatml import render_chatml
+    from agents.llm.embedded.weights import LOCAL_MODELS, model_file
 
     model = "local/smollm2-135m"
     spec = "llm-listwise,depth=5,window=3,step=2"
@@ -401,8 +401,8 @@ def test_costs_print_in_dollars_and_cents_or_four_figures():
 
 def test_a_new_agent_needs_nothing_more_for_its_dry_run(tmp_path, toy_dir, provider, monkeypatch):
     """A registry entry and a graph: its dry run runs that graph, every reply the filler."""
+    from agents.config.registry import AGENTS, AgentSpec
     from agents.graphs.generate_retrieve import SPECS
-    from agents.registry import AGENTS, AgentSpec
 
     spec = AgentSpec("mine", "a new agent", "agents.graphs.generate_retrieve:build_graph",
                      ("hyde",), bound=(SPECS["hyde"],), llm_nodes=("generate",))  # fmt: skip
@@ -541,8 +541,8 @@ def test_tool_searchs_bound_holds_a_trajectory_that_uses_every_limit(tmp_path, t
 def test_tool_search_with_a_local_model_counts_the_text_the_model_is_sent(tmp_path, toy_dir):
     from llama_cpp import Llama
 
-    from agents.llm.chatml import render_chatml
-    from agents.llm.weights import LOCAL_MODELS, model_file
+    from agents.llm.embedded.chatml import render_chatml
+    from agents.llm.embedded.weights import LOCAL_MODELS, model_file
 
     model = "local/smollm2-135m"
     values = {"agent": "tool-search", "model": model, "limit": 1}

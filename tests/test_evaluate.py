@@ -12,7 +12,7 @@ import pytrec_eval
 from eval.datasets import GRADE_MAX, GRADE_MIN, DataError, read_qrels
 from eval.evaluate import (
     TIE_ORDERS,
-    evaluate,
+    evaluate_run,
     metric_names,
     pad_run,
     strictly_decreasing,
@@ -62,7 +62,7 @@ def test_ndcg10_hand_computed():
     idcg = 2 / math.log2(2) + 1 / math.log2(3)
     q1 = dcg / idcg
     assert q1 == pytest.approx(0.669672, abs=1e-6)
-    result = evaluate(TOY_QRELS, TOY_RUN, k_values=(1, 10))
+    result = evaluate_run(TOY_QRELS, TOY_RUN, k_values=(1, 10))
     assert result.per_query["q1"]["NDCG@10"] == pytest.approx(q1)
     assert result.per_query["q2"]["NDCG@10"] == pytest.approx(1.0)
     assert result.mean["NDCG@10"] == round((q1 + 1.0) / 2, 5)
@@ -76,7 +76,7 @@ def test_matches_direct_pytrec_eval_on_tie_free_run():
     qrels = random_qrels()
     run = random_run(qrels)
     ks = (1, 10, 25, 50, 100)
-    result = evaluate(qrels, run, k_values=ks, missing="present")
+    result = evaluate_run(qrels, run, k_values=ks, missing="present")
 
     kk = ",".join(map(str, ks))
     direct = pytrec_eval.RelevanceEvaluator(
@@ -106,7 +106,7 @@ def test_every_metric_evaluate_produces_parses_back():
     from eval.metrics import k_values_of, parse_metric
     from eval.report import r2med_metric_key
 
-    names = evaluate({"q": {"d": 1}}, {"q": {"d": 1.0}}, k_values=[3, 1]).metrics
+    names = evaluate_run({"q": {"d": 1}}, {"q": {"d": 1.0}}, k_values=[3, 1]).metrics
     assert names == metric_names([1, 3])
     for name in names:
         family, k = parse_metric(name)
@@ -119,9 +119,9 @@ def test_every_metric_evaluate_produces_parses_back():
 def test_missing_zero_lowers_mean_by_the_right_amount():
     qrels = {**TOY_QRELS, "q3": {"d7": 1}, "q4": {"d8": 1}}
     run = {**TOY_RUN, "q4": {}}  # q3 absent, q4 answered with nothing
-    zero = evaluate(qrels, run, k_values=(10,), missing="zero")
-    present = evaluate(qrels, run, k_values=(10,), missing="present")
-    toy = evaluate(TOY_QRELS, TOY_RUN, k_values=(10,))
+    zero = evaluate_run(qrels, run, k_values=(10,), missing="zero")
+    present = evaluate_run(qrels, run, k_values=(10,), missing="present")
+    toy = evaluate_run(TOY_QRELS, TOY_RUN, k_values=(10,))
     q1, q2 = toy.per_query["q1"]["NDCG@10"], toy.per_query["q2"]["NDCG@10"]
 
     assert zero.mean["NDCG@10"] == round((q1 + q2) / 4, 5)
@@ -144,7 +144,7 @@ def test_missing_zero_lowers_mean_by_the_right_amount():
 def test_queries_without_relevant_docs_count_as_zero_and_extra_run_queries_are_ignored():
     qrels = {"q1": {"d1": 1}, "q2": {"d2": 0}}
     run = {"q1": {"d1": 1.0}, "q2": {"d2": 1.0}, "qx": {"d1": 1.0}}
-    result = evaluate(qrels, run, k_values=(10,))
+    result = evaluate_run(qrels, run, k_values=(10,))
     assert result.per_query["q2"]["NDCG@10"] == 0.0
     assert result.mean["NDCG@10"] == 0.5
     assert result.n_extra == 1 and "qx" not in result.per_query
@@ -152,7 +152,7 @@ def test_queries_without_relevant_docs_count_as_zero_and_extra_run_queries_are_i
 
 def test_bad_missing_policy():
     with pytest.raises(ValueError, match="missing"):
-        evaluate(TOY_QRELS, TOY_RUN, missing="skip")
+        evaluate_run(TOY_QRELS, TOY_RUN, missing="skip")
 
 
 # --- strictly_decreasing ------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_tie_free_run_unchanged_and_nan_rejected():
             with pytest.raises(ValueError, match="query 'q', doc 'b': score is not finite"):
                 strictly_decreasing({"q": {"a": 1.0, "b": bad}}, ties=ties)
             with pytest.raises(ValueError, match="query 'q', doc 'b'"):
-                evaluate({"q": {"a": 1}}, {"q": {"a": 1.0, "b": bad}}, ties=ties)
+                evaluate_run({"q": {"a": 1}}, {"q": {"a": 1.0, "b": bad}}, ties=ties)
     with pytest.raises(ValueError, match="ties must be one of"):
         strictly_decreasing(run, ties="descending")
 
@@ -233,15 +233,15 @@ def test_ascending_breaks_ties_by_doc_id_not_trec_eval_order():
     # trec_eval puts "b" first (doc id descending); ties="ascending" ranks "a" first.
     qrels = {"q": {"a": 1}}
     run = {"q": {"a": 1.0, "b": 1.0}}
-    assert evaluate(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
-    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
+    assert evaluate_run(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
+    assert evaluate_run(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
     # pytrec_eval compares scores as float32, so a 1e-12 lead is a tie it breaks the other
     # way; "ascending" keeps the run's own order, the default does what pytrec_eval does.
     run = {"q": {"a": 1.0 + 1e-12, "b": 1.0}}
     direct = pytrec_eval.RelevanceEvaluator(qrels, {"P.1"}).evaluate(run)
     assert direct["q"]["P_1"] == 0.0
-    assert evaluate(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
-    assert evaluate(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
+    assert evaluate_run(qrels, run, k_values=(1,), ties="ascending").per_query["q"]["P@1"] == 1.0
+    assert evaluate_run(qrels, run, k_values=(1,)).per_query["q"]["P@1"] == 0.0
 
 
 # --- TREC files ---------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def test_write_read_run_round_trip(tmp_path):
     assert [line.split()[3] for line in lines if line.startswith("q2")] == ["1", "2", "3"]
     back = read_run(path)
     assert back == strictly_decreasing(run)
-    assert evaluate({"q2": {"b": 1}}, back) == evaluate({"q2": {"b": 1}}, run)
+    assert evaluate_run({"q2": {"b": 1}}, back) == evaluate_run({"q2": {"b": 1}}, run)
     # The default tie order is trec_eval's: "b" before "a" at 0.5.
     write_run(run, path, depth=1)
     assert read_run(path) == {"q1": {"x": 2.0}, "q2": {"b": 0.5}}
@@ -323,7 +323,7 @@ def test_order_tasks_accepts_r2med_folder_names():
 
 
 def test_results_json_and_per_query(tmp_path):
-    result = evaluate(TOY_QRELS, TOY_RUN, k_values=(10,))
+    result = evaluate_run(TOY_QRELS, TOY_RUN, k_values=(10,))
     out = results_json(result, "Stack-Biology", "bm25", evaluation_time="0.21 minutes")
     assert out["dataset_name"] == "Stack-Biology" and out["model_name"] == "bm25"
     assert set(out["test"]) == {
@@ -361,7 +361,7 @@ def test_score_cli(tmp_path, capsys):
 
     assert main(["--qrels", str(qrels_jsonl), str(run_path), "--metrics", "NDCG@10,MRR"]) == 0
     out = capsys.readouterr().out
-    q1 = evaluate(TOY_QRELS, TOY_RUN).per_query["q1"]["NDCG@10"]
+    q1 = evaluate_run(TOY_QRELS, TOY_RUN).per_query["q1"]["NDCG@10"]
     assert f"{round((q1 + 1) / 3, 5):.5f}" in out
     assert "missing=zero" in out and "2 of 3" not in out
 
@@ -381,8 +381,8 @@ def test_score_cli(tmp_path, capsys):
 def test_ignore_identical_ids_drops_the_query_itself():
     qrels = {"q1": {"d1": 1}}
     run = {"q1": {"q1": 2.0, "d1": 1.0}}
-    assert evaluate(qrels, run, k_values=(1,)).mean["P@1"] == 0.0
-    assert evaluate(qrels, run, k_values=(1,), ignore_identical_ids=True).mean["P@1"] == 1.0
+    assert evaluate_run(qrels, run, k_values=(1,)).mean["P@1"] == 0.0
+    assert evaluate_run(qrels, run, k_values=(1,), ignore_identical_ids=True).mean["P@1"] == 1.0
 
 
 # --- trec_eval's tie order, measured on pytrec_eval itself -------------------------------------
@@ -452,7 +452,7 @@ def test_default_evaluate_equals_direct_pytrec_eval_on_heavily_tied_run():
     qrels = random_qrels()
     run = tied_run(qrels)
     ks = (1, 3, 10, 25, 50, 100)
-    result = evaluate(qrels, run, k_values=ks, missing="present")
+    result = evaluate_run(qrels, run, k_values=ks, missing="present")
     direct = _direct(qrels, run, ks)
     names = {"NDCG": "ndcg_cut_", "MAP": "map_cut_", "Recall": "recall_", "P": "P_"}
     assert set(result.per_query) == set(direct)
@@ -466,7 +466,7 @@ def test_default_evaluate_equals_direct_pytrec_eval_on_heavily_tied_run():
         per_query = [v[name] for v in result.per_query.values()]
         assert result.mean[name] == round(sum(per_query) / len(per_query), 5)
     # The ties matter: the other order scores differently.
-    ascending = evaluate(qrels, run, k_values=ks, missing="present", ties="ascending")
+    ascending = evaluate_run(qrels, run, k_values=ks, missing="present", ties="ascending")
     assert ascending.per_query != result.per_query
 
 
@@ -480,12 +480,12 @@ def test_trec_order_keeps_raw_scores():
 
 
 def test_evaluation_records_tie_order():
-    trec = evaluate(TOY_QRELS, TOY_RUN)
-    ascending = evaluate(TOY_QRELS, TOY_RUN, ties="ascending")
+    trec = evaluate_run(TOY_QRELS, TOY_RUN)
+    ascending = evaluate_run(TOY_QRELS, TOY_RUN, ties="ascending")
     assert trec.ties == "trec" and "ties=trec" in trec.describe()
     assert ascending.ties == "ascending" and "ties=ascending" in ascending.describe()
     with pytest.raises(ValueError, match="ties"):
-        evaluate(TOY_QRELS, TOY_RUN, ties="desc")
+        evaluate_run(TOY_QRELS, TOY_RUN, ties="desc")
 
 
 # --- pad_run -----------------------------------------------------------------------------------
@@ -527,7 +527,7 @@ def test_pad_run_matches_r2med_zero_score_padding():
     assert pad_run({"q": matched}, corpus_order, 5) == {"q": r2med}
     qrels = {"q": {"d3": 1, "d7": 2}}
     direct = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate({"q": r2med})
-    ours = evaluate(qrels, pad_run({"q": matched}, corpus_order, 5), k_values=(10,))
+    ours = evaluate_run(qrels, pad_run({"q": matched}, corpus_order, 5), k_values=(10,))
     assert ours.per_query["q"]["NDCG@10"] == direct["q"]["ndcg_cut_10"] > 0
 
 
@@ -535,10 +535,10 @@ def test_pad_run_matches_r2med_zero_score_padding():
 
 _NEGATIVE = """
 import json, sys
-from eval.evaluate import evaluate
+from eval.evaluate import evaluate_run
 qrels = {"a": {"d1": 1, "d2": -1}, "neg": {"d3": -2, "d4": -5}, "b": {"d2": 2}}
 run = {"a": {"d1": 1.0, "d2": 2.0}, "neg": {"d3": 1.0}, "b": {"d2": 1.0, "d1": 0.5}}
-print(json.dumps(evaluate(qrels, run, k_values=(1, 10)).per_query))
+print(json.dumps(evaluate_run(qrels, run, k_values=(1, 10)).per_query))
 """
 
 
@@ -558,7 +558,7 @@ def test_query_judged_only_by_negative_grades_does_not_crash():
 _NEGATIVE_EQUIVALENCE = """
 import json, random
 import pytrec_eval
-from eval.evaluate import evaluate
+from eval.evaluate import evaluate_run
 rng = random.Random(11)
 qrels = {}
 for i in range(40):
@@ -572,7 +572,7 @@ run = {
 ks = "1,10,25,100"
 measures = {f"ndcg_cut.{ks}", f"map_cut.{ks}", f"recall.{ks}", f"P.{ks}", "recip_rank"}
 direct = pytrec_eval.RelevanceEvaluator(qrels, measures).evaluate(run)
-ours = evaluate(qrels, run, k_values=(1, 10, 25, 100)).per_query
+ours = evaluate_run(qrels, run, k_values=(1, 10, 25, 100)).per_query
 n_negative = sum(g < 0 for docs in qrels.values() for g in docs.values())
 print(json.dumps({"direct": direct, "ours": ours, "n_negative": n_negative}))
 """
@@ -602,11 +602,11 @@ def test_grade_outside_the_range_is_a_value_error():
     # below it (2**31 - 1 took minutes and gigabytes), so the range stops at GRADE_MAX.
     for grade in (GRADE_MAX + 1, 2**31, GRADE_MIN - 1, 10**30):
         with pytest.raises(ValueError, match="query 'q', doc 'a': grade"):
-            evaluate({"q": {"a": grade}}, {"q": {"a": 1.0}})
+            evaluate_run({"q": {"a": grade}}, {"q": {"a": 1.0}})
     with pytest.raises(ValueError, match="not an integer"):
-        evaluate({"q": {"a": 1.5}}, {"q": {"a": 1.0}})
-    assert evaluate({"q": {"a": GRADE_MAX}}, {"q": {"a": 1.0}}).mean["NDCG@10"] == 1.0
-    assert evaluate({"q": {"a": GRADE_MIN, "b": 1}}, {"q": {"b": 1.0}}).mean["NDCG@10"] == 1.0
+        evaluate_run({"q": {"a": 1.5}}, {"q": {"a": 1.0}})
+    assert evaluate_run({"q": {"a": GRADE_MAX}}, {"q": {"a": 1.0}}).mean["NDCG@10"] == 1.0
+    assert evaluate_run({"q": {"a": GRADE_MIN, "b": 1}}, {"q": {"b": 1.0}}).mean["NDCG@10"] == 1.0
 
 
 # --- TREC files: encodings, overflow, ids -------------------------------------------------------

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
+import agents.config.settings
 import agents.graphs
-import agents.settings
 import prompts
+from agents.commands.run import main
+from agents.config.registry import AGENTS, AgentSpec
 from agents.llm import scripted
-from agents.registry import AGENTS, AgentSpec
-from agents.run import main
 from eval.datasets import DEMO_DIR
 from eval.runs import TaskFolder
 
@@ -65,14 +65,16 @@ def keywords_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     prompts.placeholder_rules.cache_clear()  # derived from the built-in files: now with ours
 
     # the entry, evaluated as written inside AGENTS = {...}
-    entry = eval("{" + block("python title=agents/registry.py") + "}", {"AgentSpec": AgentSpec})
+    entry = eval(
+        "{" + block("python title=agents/config/registry.py") + "}", {"AgentSpec": AgentSpec}
+    )
     assert list(entry) == ["keywords"] and entry["keywords"].builder == f"{MODULE}:build_graph"
     monkeypatch.setitem(AGENTS, "keywords", entry["keywords"])
-    # --agent's choices were listed when agents.settings was imported, before this entry was
-    # added; in the repo the entry is in agents/registry.py before that import
-    agent = agents.settings.SETTINGS["agent"]
+    # --agent's choices were listed when agents.config.settings was imported, before this entry was
+    # added; in the repo the entry is in agents/config/registry.py before that import
+    agent = agents.config.settings.SETTINGS["agent"]
     monkeypatch.setitem(
-        agents.settings.SETTINGS, "agent", dataclasses.replace(agent, choices=tuple(AGENTS))
+        agents.config.settings.SETTINGS, "agent", dataclasses.replace(agent, choices=tuple(AGENTS))
     )
     yield prompt
     prompts.placeholder_rules.cache_clear()  # the real folder's rules again, once restored

@@ -4,8 +4,8 @@ Each command runs in a fresh process as a user types it (`python -m ...`, throug
 no API key in the environment and the hub either in offline mode or at an address that refuses
 connections. The refusal must be its one ``error:`` line, exit 2, within a generous bound, and
 none of torch, transformers, litellm, ... may have been imported by then. Also checked: the
-providers whose missing key is found without litellm (eval.provider_keys) name the variables
-litellm itself names.
+providers whose missing key is found without litellm (eval.plumbing.secrets.provider_keys) name the
+variables litellm itself names.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.provider_keys import KEY_VARIABLES, known_missing_keys
+from eval.plumbing.secrets.provider_keys import KEY_VARIABLES, known_missing_keys
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "litellm", "langgraph", "llama_cpp")
 BOUND_S = 5.0  # measured here: 1-2 s each on 2 shared cores
@@ -154,7 +154,7 @@ def test_a_cached_hub_task_loads_offline_without_the_network(tmp_path, monkeypat
 
 @pytest.mark.parametrize("provider", list(KEY_VARIABLES))
 def test_the_keys_known_without_litellm_are_litellm_s(provider, monkeypatch):
-    from eval.api_keys import missing_key_variables
+    from eval.plumbing.secrets.api_keys import missing_key_variables
 
     names = KEY_VARIABLES[provider]
     for name in {n for n in os.environ if n.endswith("_API_KEY")} | set(names):

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.commands.run import main
 from agents.llm import scripted
 from agents.llm.cache import LLMCache
-from agents.run import main
-from eval.files import create_temp_dir, create_temp_file, write_json, write_text
+from eval.plumbing.files import create_temp_dir, create_temp_file, write_json, write_text
 from retrievers.bm25 import build_bm25
 from retrievers.dense import _atomic_save_npy
 

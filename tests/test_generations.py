@@ -1,4 +1,4 @@
-"""Replaying released generations (`--generations`, agents.generations): no model is called.
+"""Replaying released generations (`--generations`, agents.shared.generations): no model is called.
 
 R2MED's files are laid out by the test the way the hub holds them (`<Task>/<method>/<llm>/
 query_with_hydoc.jsonl`, with the gold `doc_id` and `answer` beside `hy_doc`), in a folder and
@@ -16,20 +16,21 @@ from pathlib import Path
 import huggingface_hub
 import pytest
 
-from agents.generations import (
+from agents.commands.run import main
+from agents.graphs.combine import generated_request
+from agents.llm import scripted
+from agents.shared.generations import (
     Generations,
     fetch_r2med_generations,
     parse_source,
     read_generation_file,
 )
-from agents.graphs.combine import generated_request
-from agents.llm import scripted
-from agents.run import main
 from eval.datasets import R2MED_REVISIONS, DataError, load_folder
 from eval.records import unpack_record
 from eval.runs import RunFolder
 from retrievers.base import SearchRequest
-from retrievers.search import RetrieverConfig, build_retriever
+from retrievers.config import RetrieverConfig
+from retrievers.search import build_retriever
 from tests.helpers import DOCS, QRELS, QUERIES
 
 LLM = "o3-mini"
@@ -152,7 +153,7 @@ def test_a_reasoning_models_response_is_read_by_its_r2med_name(toy, no_llm, caps
     assert step(record, "retrieve")["request"]["sparse_text"] == HY_DOCS["q3"]
     assert record["ranking"][0][0] == "d5"  # the think part's "statins cholesterol" is not searched
     assert no_llm.calls == 0
-    from agents.trace import main as trace_main
+    from agents.commands.trace import main as trace_main
 
     assert trace_main([str(toy["runs"] / "run"), "q3", "--no-qrels"]) == 0
     shown = capsys.readouterr().out
@@ -167,7 +168,7 @@ def test_a_reasoning_models_response_is_read_by_its_r2med_name(toy, no_llm, caps
 
 def test_a_query_without_a_generation_is_searched_raw_and_reported(toy, no_llm, caplog):
     hub_layout(toy["gens"], "query2doc", gen_rows({q: HY_DOCS[q] for q in ("q1", "q2")}))
-    with caplog.at_level(logging.WARNING, logger="agents.pipeline"):
+    with caplog.at_level(logging.WARNING, logger="agents.execution.whole_run"):
         assert run(toy, "query2doc", "--generations", f"r2med:{LLM}@{toy['gens']}") == 0
     assert (
         f"toy: 1 of 3 queries have no generation in r2med:{LLM}@gens (q3); they are searched "

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import prompts
+from agents.commands.run import main as run_main
 from agents.graphs.search_o1 import BEGIN_QUERY
 from agents.llm import scripted
-from agents.run import main as run_main
 from eval.compare import compare_runs, reference_run, write_comparison
 from eval.compare.__main__ import main as compare_main
 from eval.compare.html import SHORT_CHARS, TEXT_CHARS, cut, embed_json, report_data, slim_step

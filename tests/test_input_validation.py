@@ -1,8 +1,8 @@
 """Checked up front means checked: every file a run or a sweep reads is validated before the
 first model call, by the rules its use will apply, and a refusal is exit code 2 with ONE
 stderr line naming the file and the field (or the sweep key). Each case goes through the real
-entry points (`agents.run.main`, `agents.sweep.main`) with the scripted provider, whose call
-counter must stay 0 when the input is refused.
+entry points (`agents.commands.run.main`, `agents.commands.sweep.main`) with the scripted provider,
+whose call counter must stay 0 when the input is refused.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.run import main as run_main
+from agents.commands.sweep import baselines, cells, load_sweep
+from agents.commands.sweep import main as sweep_main
 from agents.llm import scripted
 from agents.llm.scripted import Reply
-from agents.run import main as run_main
-from agents.sweep import baselines, cells, load_sweep
-from agents.sweep import main as sweep_main
 from tests.helpers import one_line_error
 
 PASSAGE = "Metformin lowers hepatic glucose production."

@@ -1,17 +1,22 @@
 """The house's layering rule, read from the code's own imports (docs/architecture.md).
 
-Floors, lowest first; a module imports only from its own floor or lower, never in a circle,
-and never another module's private name (``from m import _x`` or ``m._x``):
+Floors, lowest first, one per folder; a module imports only from its own floor or lower, never
+in a circle, and never another module's private name (``from m import _x`` or ``m._x``):
 
-0. eval/ - benchmark data, scoring and results; knows no agent, stage or config shape
-1. retrievers/, prompts/ - indexes and search; the prompt files and their loader
-2. agents.llm and the plain parts the agents share (secrets, specs, generations, machine, ...)
-3. agents.graphs, agents.rerank - one module per agent or stage
-4. agents - the run: registry, typed config, naming, plan, pipeline, dry run
-5. the command lines: agents.cli, agents.run, agents.sweep, agents.trace, agents.rerank.__main__
+0. eval/plumbing/ - files, retries, checked numbers, flags, the error ladder, lazy faces, secrets
+1. eval/ - benchmark data, scoring and results; knows no agent, stage or config shape
+2. retrievers/, prompts/ - indexes and search; the prompt files and their loader
+3. agents/llm/ (the client; llm/embedded/ the llama.cpp models), agents/shared/ (specs, replayed
+   generations, Ctrl-C)
+4. agents/graphs/, agents/rerank/ - one module per agent or stage
+5. agents/config/ - the typed run configuration, its flags, config.json, naming, the registry
+6. agents/execution/ - plan, the whole run, a task's queries, one query, dry run, Ray; and the
+   package face agents/__init__
+7. agents/commands/ - every command line; agents/run.py, sweep.py, trace.py and
+   rerank/__main__.py are the two-line shims that keep ``python -m agents.run`` & co.
 
 A command line of a lower package is on its package's floor: retrievers.serve.__main__ builds
-its flags from retrievers.flags, not agents.settings.
+its flags from retrievers.flags, not agents.config.settings.
 """
 
 from __future__ import annotations
@@ -22,24 +27,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("eval", "retrievers", "prompts", "agents")
-FLOORS = {  # the longest matching prefix decides
-    "eval": 0,
-    "retrievers": 1,
-    "prompts": 1,
-    "agents.llm": 2,
-    "agents.secrets": 2,
-    "agents.specs": 2,
-    "agents.generations": 2,
-    "agents.machine": 2,
-    "agents.interrupt": 2,
-    "agents.graphs": 3,
-    "agents.rerank": 3,
-    "agents": 4,
-    "agents.cli": 5,
-    "agents.run": 5,
-    "agents.sweep": 5,
-    "agents.trace": 5,
-    "agents.rerank.__main__": 5,
+FLOORS = {  # the longest matching prefix decides; a folder is on one floor
+    "eval.plumbing": 0,
+    "eval": 1,
+    "retrievers": 2,
+    "prompts": 2,
+    "agents.llm": 3,
+    "agents.shared": 3,
+    "agents.graphs": 4,
+    "agents.rerank": 4,
+    "agents.config": 5,
+    "agents.execution": 6,
+    "agents": 6,
+    "agents.commands": 7,
+    "agents.run": 7,
+    "agents.sweep": 7,
+    "agents.trace": 7,
+    "agents.rerank.__main__": 7,
 }
 
 
@@ -166,4 +170,10 @@ def test_the_checks_catch_what_they_are_for() -> None:
     planted = {"eval.a": {"eval.b"}, "eval.b": {"eval.a"}, "eval.c": {"agents.run"}}
     assert circles(planted) == [["eval.a", "eval.b"]]
     assert floor("eval.c") < floor("agents.run")
-    assert floor("agents.rerank.__main__") == 5 and floor("agents.rerank.cross") == 3
+    assert floor("agents.rerank.__main__") == 7 and floor("agents.rerank.cross") == 4
+    assert floor("eval.plumbing.files") < floor("eval.runs") < floor("retrievers.bm25")
+    assert (
+        floor("agents.config.naming")
+        < floor("agents.execution.plan")
+        < floor("agents.commands.run")
+    )

@@ -68,8 +68,8 @@ def _answers(url: str) -> bool:
 
 def _serve(folder: Path, api_key: str | None, n_ctx: int = 1024, model: str = "smollm2-135m"):
     pytest.importorskip("llama_cpp.server.app", reason="llama_cpp.server needs its extras")
-    from agents.llm.prefix_cache import CHUNK
-    from agents.llm.weights import model_file
+    from agents.llm.embedded.prefix_cache import CHUNK
+    from agents.llm.embedded.weights import model_file
 
     log = folder / "server.log"
     # uvicorn cannot report a port it picked itself, so a free port is chosen here; another
@@ -242,7 +242,7 @@ def gguf_template(model: str, folder: Path) -> Path:
     """The chat template the model's GGUF carries, in a file."""
     from llama_cpp import Llama
 
-    from agents.llm.weights import model_file
+    from agents.llm.embedded.weights import model_file
 
     llm = Llama(model_path=str(model_file(model)), vocab_only=True, verbose=False)
     path = folder / f"{model}.jinja"
@@ -260,7 +260,7 @@ def agent_run(tmp_path: Path, name: str, agent: str, *flags: str) -> dict:
         "--run-name", name, "--quiet",
     ]  # fmt: skip
     if "--api-base" not in flags:
-        from agents.run import main
+        from agents.commands.run import main
 
         # one instance, as the server has: its prompts evaluated on both cores
         assert main([*args, "--local-instances", "1"]) == 0
@@ -318,7 +318,7 @@ def test_rank1_forces_through_the_server_with_its_token_ids_as_in_process(qwen_s
     import asyncio
 
     from agents.llm import LLM
-    from agents.llm.pool import tokenizer
+    from agents.llm.embedded.pool import tokenizer
     from agents.rerank import StageContext
     from agents.rerank.rank1 import DEFAULTS, build_rank1
     from prompts import PromptBook

@@ -24,11 +24,11 @@ from litellm.types.utils import Choices, Message, ModelResponse
 from litellm.types.utils import Usage as LiteUsage
 
 import agents.llm.client as llm_module
-import eval.retry
+import eval.plumbing.retry
+from agents.execution.task_queries import run_queries
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage
 from agents.llm.keys import auth_error_message, check_credentials
-from agents.runner import run_queries
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "sk-test-SECRET-123"
@@ -71,7 +71,7 @@ def provider(monkeypatch):
         "custom_provider_map",
         [*entries, {"provider": "scripted", "custom_handler": handler}],
     )
-    monkeypatch.setattr(eval.retry, "BACKOFF", False)
+    monkeypatch.setattr(eval.plumbing.retry, "BACKOFF", False)
     return handler
 
 
@@ -341,9 +341,9 @@ def test_local_models_register_their_provider_once(provider, tmp_path, monkeypat
         others = [e for e in litellm.custom_provider_map if e["provider"] != "local"]
         litellm.custom_provider_map = [*others, {"provider": "local", "custom_handler": provider}]
 
-    fake = types.ModuleType("agents.llm.local")
+    fake = types.ModuleType("agents.llm.embedded.provider")
     fake.register_local_provider = register_local_provider
-    monkeypatch.setitem(sys.modules, "agents.llm.local", fake)
+    monkeypatch.setitem(sys.modules, "agents.llm.embedded.provider", fake)
     llm = LLM("local/tiny", cache_dir=tmp_path)
     first = run(llm.chat(USER))
     run(llm.chat([{"role": "user", "content": "second"}]))
@@ -557,8 +557,9 @@ def test_auth_error_stops_the_run_and_keeps_finished_records(tmp_path):
 
 
 def test_litellm_is_imported_in_one_place_that_keeps_it_offline():
-    """Every module takes litellm from eval.litellm_setup, which sets the local cost map first:
-    a module imported alone (the scripted provider, in a notebook) never fetches it online."""
+    """Every module takes litellm from eval.plumbing.litellm_setup, which sets the local cost map
+    first: a module imported alone (the scripted provider, in a notebook) never fetches it
+    online."""
     import ast
 
     repo = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """No server at an LLM's address: refused up front in one line naming the flag, and a refused
-connection during a run stops at once unless that server answered before (eval.retry).
+connection during a run stops at once unless that server answered before (eval.plumbing.retry).
 
 The closed port is real: a socket on 127.0.0.1 binds a free port and closes it, so nothing
 listens there and a connection is refused."""
@@ -16,10 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import agents.llm.client
-import eval.retry
+import eval.plumbing.retry
+from agents.commands.run import main
 from agents.llm import LLM
 from agents.llm.errors import LLMUnavailable
-from agents.run import main
 from tests.helpers import one_line_error, send_body
 
 USER = [{"role": "user", "content": "hi"}]
@@ -90,7 +90,7 @@ def test_a_llamacpp_client_without_a_server_says_so_not_no_template(closed_url):
 @pytest.mark.parametrize("raw", [False, True])
 def test_a_refused_connection_in_a_run_is_not_retried_and_says_so(closed_url, model, raw,
                                                                   monkeypatch):  # fmt: skip
-    monkeypatch.setattr(eval.retry, "BACKOFF", True)  # the real waits: none are taken
+    monkeypatch.setattr(eval.plumbing.retry, "BACKOFF", True)  # the real waits: none are taken
     llm = LLM(model, api_base=closed_url, max_retries=6)
     started = time.perf_counter()
     with pytest.raises(LLMUnavailable) as stopped:

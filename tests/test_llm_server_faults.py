@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import agents.llm.client
-from agents.interrupt import MESSAGE
-from agents.run import main
+from agents.commands.run import main
+from agents.shared.interrupt import MESSAGE
 from eval.records import unpack_record
 from tests.helpers import REPO, send_body
 

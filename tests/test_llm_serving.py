@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agents.llm import LLM
-from agents.llm.chatml import render_chatml
+from agents.llm.embedded.chatml import render_chatml
 from agents.llm.serving import load_template, replicas, resolve_server
-from agents.secrets import public_url
+from eval.plumbing.secrets.redaction import public_url
 from tests.helpers import send_body
 
 PARTIAL = [
@@ -240,8 +240,8 @@ def test_the_stop_string_a_server_reports_reaches_the_completion_and_the_cache(c
 
 
 def test_a_chat_template_is_checked_with_the_config_before_any_run_folder(tmp_path):
-    from agents.config import ConfigError
-    from agents.settings import from_settings
+    from agents.config.run_config import ConfigError
+    from agents.config.settings import from_settings
 
     with pytest.raises(ConfigError, match="only --server llamacpp has prompts rendered here"):
         from_settings({"model": "openai/m", "chat_template": "chatml", "server": "vllm"})

@@ -16,10 +16,10 @@ import sys
 import litellm
 import pytest
 
-from agents.llm import weights
-from agents.llm.chatml import render_chatml
-from agents.llm.local import register_local_provider
-from agents.llm.weights import LOCAL_MODELS, LocalModelError, model_file
+from agents.llm.embedded import weights
+from agents.llm.embedded.chatml import render_chatml
+from agents.llm.embedded.provider import register_local_provider
+from agents.llm.embedded.weights import LOCAL_MODELS, LocalModelError, model_file
 
 QWEN = "qwen2.5-coder-0.5b"
 SMOL = "local/smollm2-135m"
@@ -122,8 +122,11 @@ def test_chatml_leaves_a_trailing_assistant_turn_open():
 @pytest.mark.parametrize(
     "module, call",
     [
-        ("agents.llm.chatml", "render_chatml([{'role': 'user', 'content': 'Hi'}], 'Be brief.')"),
-        ("agents.llm.weights", "model_file('local/smollm2-135m')"),
+        (
+            "agents.llm.embedded.chatml",
+            "render_chatml([{'role': 'user', 'content': 'Hi'}], 'Be brief.')",
+        ),
+        ("agents.llm.embedded.weights", "model_file('local/smollm2-135m')"),
     ],
 )
 def test_a_chat_template_and_the_weights_need_neither_litellm_nor_llama_cpp(module, call):

@@ -8,11 +8,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from agents.llm import pool as llm_pool
-from agents.llm.generation import generate
-from agents.llm.pool import SINGLE, PoolPlan, load_pool, pool_plan
-from agents.llm.weights import LOCAL_MODELS, model_file
-from agents.run import main as run_main
+from agents.commands.run import main as run_main
+from agents.llm.embedded import pool as llm_pool
+from agents.llm.embedded.generation import generate
+from agents.llm.embedded.pool import SINGLE, PoolPlan, load_pool, pool_plan
+from agents.llm.embedded.weights import LOCAL_MODELS, model_file
 
 MODEL = "local/smollm2-135m"  # shipped whole: nothing to join
 BIG = 64 << 30

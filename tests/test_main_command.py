@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.run import main
+from agents.commands.run import main
 from tests.printed_report import check_report, parse_report, read_qrels
 
 REPO = Path(__file__).resolve().parents[1]

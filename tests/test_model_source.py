@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import agents.run
+import agents.commands.run
 import retrievers.model_source as model_source
+from retrievers.config import RetrieverConfig
 from retrievers.model_source import MODEL, TOKENIZER, ModelSourceError, check_model_source
-from retrievers.search import RetrieverConfig, check_models
+from retrievers.search import check_models
 from tests import tiny_models
 from tests.helpers import one_line_error
 
@@ -203,7 +204,7 @@ def test_a_run_naming_a_broken_model_is_one_line_at_once(bert, tmp_path, capsys,
         (bert / name).unlink(missing_ok=True)
     args = [f.replace("{model}", str(bert)) for f in flags]
     started = time.monotonic()
-    status = agents.run.main(["--agent", "none", "--dataset", "demo",
+    status = agents.commands.run.main(["--agent", "none", "--dataset", "demo",
                               "--runs-dir", str(tmp_path / "runs"), *args])  # fmt: skip
     assert status == 2 and time.monotonic() - started < 5
     line = one_line_error(capsys)
@@ -215,7 +216,7 @@ def test_a_run_naming_a_hub_model_offline_is_one_line_at_once(hub_cache, offline
                                                                capsys):  # fmt: skip
     for flags in (["--retriever", "dense:BAAI/bge-large-en-v1.5"],
                   ["--rerank", "cross:BAAI/bge-reranker-v2-m3"]):  # fmt: skip
-        status = agents.run.main(["--agent", "none", "--dataset", "demo",
+        status = agents.commands.run.main(["--agent", "none", "--dataset", "demo",
                                   "--runs-dir", str(tmp_path / "runs"), *flags])  # fmt: skip
         line = one_line_error(capsys)
         assert status == 2 and "is not in the local hub cache" in line, line
@@ -225,7 +226,7 @@ def test_a_run_naming_a_hub_model_offline_is_one_line_at_once(hub_cache, offline
 
 def test_a_model_without_its_family_s_own_code_is_refused_before_any_work(bert, tmp_path, capsys):
     runs = str(tmp_path / "runs")
-    status = agents.run.main(["--agent", "none", "--dataset", "demo", "--quiet",
+    status = agents.commands.run.main(["--agent", "none", "--dataset", "demo", "--quiet",
                               "--retriever", f"dense:{bert}", "--dense-family", "nv-embed",
                               "--trust-remote-code", "--runs-dir", runs])  # fmt: skip
     assert status == 2 and not (tmp_path / "runs").exists()

@@ -1,4 +1,4 @@
-"""agents.naming: run folder names and labels from the typed config, and the label a run
+"""agents.config.naming: run folder names and labels from the typed config, and the label a run
 stores in its folder for eval.compare to show."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import Recorded, RunConfig, default_run_name
-from agents.generations import parse_source
+from agents.commands.run import main as run_main
+from agents.config.naming import llm_free, prompt_version, run_folder_name, run_label, stage_labels
+from agents.config.run_config import Recorded, RunConfig, default_run_name
+from agents.config.settings import from_settings
 from agents.llm import scripted
-from agents.naming import llm_free, prompt_version, run_folder_name, run_label, stage_labels
-from agents.run import main as run_main
-from agents.settings import from_settings
+from agents.shared.generations import parse_source
 from eval.compare import compare_runs, load_run, reference_run
-from eval.files import safe_name
+from eval.plumbing.files import safe_name
 from eval.runs import RUN_INFO_FILE, RunFolder
 
 O1 = {"agent": "search-o1", "model": "local/qwen2.5-coder-0.5b"}

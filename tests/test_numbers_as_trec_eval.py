@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from eval.cli import MAX_LINE, error
 from eval.datasets import DataError, load_folder, read_qrels
-from eval.decimal_text import parse_float, parse_int
+from eval.plumbing.cli import MAX_LINE, error
+from eval.plumbing.decimal_text import parse_float, parse_int
 from eval.score import main as score_main
 from eval.trec import TrecFormatError, read_run
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.binding import binding
-from agents.config import ConfigError, LLMConfig, RunConfig, StageConfig
+from agents.commands.run import main
+from agents.config.binding import binding
+from agents.config.registry import STAGES, StageSpec
+from agents.config.run_config import ConfigError, LLMConfig, RunConfig, StageConfig
+from agents.config.serialise import from_dict, to_dict
+from agents.config.settings import from_settings
+from agents.config.stages import parse_stage
+from agents.execution.whole_run import run_dataset
 from agents.llm import scripted
-from agents.pipeline import run
-from agents.registry import STAGES, StageSpec
-from agents.run import main
-from agents.serialise import from_dict, to_dict
-from agents.settings import from_settings
-from agents.stages import parse_stage
 from eval.records import read_records
 from tests.helpers import REPO
 
@@ -84,7 +84,7 @@ def test_the_python_call_and_the_cli_make_the_same_run(tmp_path, scripted_model)
         cache_dir=str(tmp_path / "python-cache"),  # both pay: identical usage too
         run_name="by-python",
     )
-    result = run(config, progress=False)
+    result = run_dataset(config, progress=False)
     assert result.failed == 0
     runs = tmp_path / "runs"
     assert snapshot(runs / "by-python") == snapshot(runs / "by-cli")
@@ -108,7 +108,7 @@ def test_config_json_reads_back_as_the_same_config_and_the_same_run(
     assert config.eval.depth == 50 and config.eval.pad and config.llm.temperature == 0.5
     assert config.recorded.prompts and all(len(h) == 64 for h in config.recorded.prompts.values())
     calls = scripted_model.calls
-    result = run(config, progress=False)  # recognised as the same run: resumed, not refused
+    result = run_dataset(config, progress=False)  # recognised as the same run: resumed, not refused
     assert scripted_model.calls == calls
     assert result.run_dir == tmp_path / "runs" / "r"
     # only the settings that decide the output bind the folder
@@ -141,8 +141,8 @@ def test_bad_settings_are_refused_by_the_config_itself(settings, message):
 def test_a_sweep_cell_and_the_same_cli_command_make_the_same_folder(
     tmp_path, toy_dir, scripted_model
 ):
-    from agents.sweep import cells, load_sweep
-    from agents.sweep import main as sweep_main
+    from agents.commands.sweep import cells, load_sweep
+    from agents.commands.sweep import main as sweep_main
 
     (tmp_path / "sweep.toml").write_text(
         f'output = "out"\ncache_dir = "cache"\nagents = ["hyde"]\nmodels = ["scripted/x"]\n'
@@ -234,7 +234,7 @@ def test_a_rerank_stage_runs_on_the_saved_first_stage_and_is_scored(
 
 
 def test_retriever_settings_on_the_command_line_reach_the_retriever(tmp_path, toy_dir, monkeypatch):
-    import agents.pipeline
+    import agents.execution.whole_run
 
     seen = []
 
@@ -242,7 +242,7 @@ def test_retriever_settings_on_the_command_line_reach_the_retriever(tmp_path, to
         seen.append(config)
         raise ValueError("stop here: the settings arrived")
 
-    monkeypatch.setattr(agents.pipeline, "build_retriever", recording)
+    monkeypatch.setattr(agents.execution.whole_run, "build_retriever", recording)
     code = main([
         "--agent", "none", "--dataset", str(toy_dir), "--runs-dir", str(tmp_path / "runs"),
         "--cache-dir", str(tmp_path / "cache"), "--quiet",

@@ -1,5 +1,5 @@
-"""Prompt-prefix reuse in the embedded provider (agents/llm/prefix_cache.py): only whole chunks
-of prompt are ever restored, a restore gives bitwise the KV a fresh evaluation computes, and
+"""Prompt-prefix reuse in the embedded provider (agents/llm/embedded/prefix_cache.py): only whole
+chunks of prompt are ever restored, a restore gives bitwise the KV a fresh evaluation computes, and
 a whole run with reuse on equals the run with it off, call for call."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from agents.llm import pool as llm_pool
-from agents.llm import prefix_cache
-from agents.llm.generation import generate
-from agents.llm.pool import PoolPlan, load_model, load_pool
-from agents.llm.prefix_cache import PrefixStore, aligned, common_prefix, reusable
-from agents.run import main as run_main
+from agents.commands.run import main as run_main
+from agents.llm.embedded import pool as llm_pool
+from agents.llm.embedded import prefix_cache
+from agents.llm.embedded.generation import generate
+from agents.llm.embedded.pool import PoolPlan, load_model, load_pool
+from agents.llm.embedded.prefix_cache import PrefixStore, aligned, common_prefix, reusable
 
 SMOL = "local/smollm2-135m"
 QWEN = "local/qwen2.5-coder-0.5b"

@@ -1,5 +1,5 @@
-"""The one progress factory (eval.progress): which form it picks, where it draws, and the live
-statuses of long steps (shown on a hosting bar, throttled, nothing without a host)."""
+"""The one progress factory (eval.plumbing.progress): which form it picks, where it draws, and the
+live statuses of long steps (shown on a hosting bar, throttled, nothing without a host)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import warnings
 import pytest
 from tqdm import tqdm
 
-from eval import progress
+from eval.plumbing import progress
 
 
 class FakeKernelShell:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agents.runner import run_queries
-from eval import progress
+from agents.execution.task_queries import run_queries
+from eval.plumbing import progress
 
 SMOL = "local/smollm2-135m"
 QUERIES = {"q01": "Count from 1 to 30, separated by commas.", "q02": "Name five colours."}
@@ -21,7 +21,7 @@ class OneCall:
     """A graph of one LLM call per query, through litellm to the embedded provider."""
 
     async def ainvoke(self, state: dict[str, Any]) -> dict[str, Any]:
-        from eval.litellm_setup import litellm
+        from eval.plumbing.litellm_setup import litellm
 
         messages = [{"role": "user", "content": state["query"]}]
         reply = await litellm.acompletion(
@@ -35,7 +35,7 @@ class OneCall:
 def provider():
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.skip("llama-cpp-python is not installed (it is a dependency of the project)")
-    from agents.llm.local import register_local_provider
+    from agents.llm.embedded.provider import register_local_provider
 
     # a context size of its own: a pool this process has not loaded yet, so loading is seen
     register_local_provider(n_ctx=1536)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.run import main
 from agents.llm import scripted
-from agents.run import main
 
 OUTPUTS = ("run.trec", "per_query.jsonl", "metrics.json")
 
@@ -56,11 +56,11 @@ def test_progress_on_and_off_write_the_same_files(agent, toy_dir, tmp_path, caps
 
 
 def test_the_dry_run_says_what_it_does_unless_quiet(toy_dir, tmp_path, capsys, monkeypatch) -> None:
-    import agents.dry_run
-    from eval.progress import progress_bar
+    import agents.execution.dry_run
+    from eval.plumbing.progress import progress_bar
 
     # every update drawn (tqdm waits 0.1 s between draws, longer than these queries take)
-    monkeypatch.setattr(agents.dry_run, "progress_bar",
+    monkeypatch.setattr(agents.execution.dry_run, "progress_bar",
                         lambda *a, **k: progress_bar(*a, mininterval=0, **k))  # fmt: skip
     scripted.install(respond)
     argv = ["--agent", "hyde", "--model", "scripted/test", "--dry-run"]

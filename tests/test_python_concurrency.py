@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from agents import RunConfig, from_settings, run_dataset, run_query
-from agents.loop import run_sync
+from agents.execution.loop import run_sync
 from tests.helpers import send_body
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_a_whole_run_inside_a_running_loop_is_the_run_outside_it(server, tmp_pat
 
 
 def test_a_dry_run_inside_a_running_loop(tmp_path, monkeypatch):
-    from agents.dry_run import estimate
+    from agents.execution.dry_run import estimate
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # a dry run sends nothing, but checks it
 

@@ -472,9 +472,9 @@ def test_the_paper_preset_turns_r2meds_rules_on_and_an_old_config_reads_them_off
     """A run records the decision (config.json), so an old --preset paper run (written before
     the setting, without R2MED's rules) is refused naming it rather than resumed under rules
     it did not run, and resumes as it ran with --r2med-rules false; a default run resumes."""
-    from agents.binding import binding, differences
-    from agents.serialise import from_dict, to_dict
-    from agents.settings import from_settings
+    from agents.config.binding import binding, differences
+    from agents.config.serialise import from_dict, to_dict
+    from agents.config.settings import from_settings
 
     def rules(**settings) -> bool | None:
         return from_settings(settings).retriever.dense.r2med_rules
@@ -503,7 +503,7 @@ def test_a_paper_replay_of_an_empty_r2med_text_searches_its_averaged_pair(bge, t
     """agents.run, hyde replaying R2MED's released texts (r2med:<llm>@<folder>) where one is
     empty: R2MED searches it as the pair averaged (utils.py L79-90); --preset paper does too,
     the default preset searches the query alone (as it did)."""
-    from agents.run import main
+    from agents.commands.run import main
 
     task = tmp_path / "toy"
     task.mkdir()

@@ -26,7 +26,7 @@ import pytest
 import pytrec_eval
 
 from eval.datasets import load_folder
-from eval.evaluate import evaluate, pad_run, top_k
+from eval.evaluate import evaluate_run, pad_run, top_k
 from retrievers.analyzer import analyze
 from retrievers.bm25 import build_bm25
 
@@ -91,8 +91,8 @@ def compare(corpus, queries, qrels, analyzer: tuple[str, Analyzer]) -> dict[str,
 
     index = build_bm25(corpus, method="bm25q", progress=False)
     ours = pad_run(index.search_many(queries, k=DEPTH, progress=False), list(corpus), DEPTH)
-    ours_ndcg = evaluate(qrels, ours, k_values=(10,)).mean["NDCG@10"]
-    ascending_ndcg = evaluate(qrels, ours, k_values=(10,), ties="ascending").mean["NDCG@10"]
+    ours_ndcg = evaluate_run(qrels, ours, k_values=(10,)).mean["NDCG@10"]
+    ascending_ndcg = evaluate_run(qrels, ours, k_values=(10,), ties="ascending").mean["NDCG@10"]
     ref_ndcg = r2med_ndcg10(qrels, reference)
 
     assert abs(ours_ndcg - ref_ndcg) <= 5e-5

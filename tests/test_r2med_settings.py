@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.generations import Generations
+from agents.commands.run import main
 from agents.graphs.combine import NO_TERM, falls_back, generated_request
 from agents.graphs.search_o1 import BEGIN_QUERY, END_QUERY, Turn, read_turn
 from agents.graphs.search_r1 import fit_context, search_r1_question
@@ -27,7 +27,7 @@ from agents.llm import scripted
 from agents.llm.sampling import model_family, preset_options, resolve
 from agents.llm.text import read_response, reasoning_parser
 from agents.llm.tokens import Counter
-from agents.run import main
+from agents.shared.generations import Generations
 from eval.records import unpack_record
 from prompts import PromptBook
 from retrievers.base import DenseRetriever
@@ -465,10 +465,10 @@ def test_families():
 
 
 def test_the_preset_is_one_setting_for_flags_sweeps_and_python(tmp_path):
-    from agents.config import LLMConfig, RunConfig
-    from agents.serialise import from_dict, to_dict
-    from agents.settings import from_settings
-    from agents.sweep import cells, load_sweep
+    from agents.commands.sweep import cells, load_sweep
+    from agents.config.run_config import LLMConfig, RunConfig
+    from agents.config.serialise import from_dict, to_dict
+    from agents.config.settings import from_settings
 
     config = from_settings({"agent": "hyde", "preset": "paper", "seed": 7})
     assert config == RunConfig(agent="hyde", llm=LLMConfig(preset="paper", seed=7))
@@ -571,7 +571,8 @@ def test_a_search_o1_turn_is_a_search_only_when_it_ends_with_the_end_tag():
 def test_an_empty_text_is_searched_as_r2med_searches_it(toy_dir, tmp_path):
     from eval.datasets import load_tasks
     from eval.evaluate import pad_run
-    from retrievers.search import RetrieverConfig, build_retriever
+    from retrievers.config import RetrieverConfig
+    from retrievers.search import build_retriever
 
     # ours falls back to the query; R2MED searches the text as it is
     assert falls_back("", "none") and falls_back("<think>x</think>", "think")
@@ -686,7 +687,8 @@ def test_search_r1_paper_options(tmp_path):
     assert not steps[-1]["messages"][0]["content"].startswith("Answer the given question.")
 
 
-# --- the preset's options as runs take them (agents.config: agents.llm.sampling.OPTION_RULES) --
+# --- the preset's options as runs take them (agents.config.run_config:
+# agents.llm.sampling.OPTION_RULES) --
 
 
 def test_a_qwq_model_is_given_search_o1s_qwq_prompt(toy_dir, tmp_path):
@@ -745,9 +747,9 @@ def test_an_empty_released_text_is_searched_as_r2med_searched_it(toy_dir, tmp_pa
      "castorini/rankllama-v1-7b-lora-passage"],
 )  # fmt: skip
 def test_the_paper_preset_keeps_only_an_r2med_rerankers_top_k(model):
-    from agents.config import LLMConfig, RunConfig
-    from agents.serialise import to_dict
-    from agents.stages import parse_stage
+    from agents.config.run_config import LLMConfig, RunConfig
+    from agents.config.serialise import to_dict
+    from agents.config.stages import parse_stage
 
     def stage(spec: str, preset: str) -> dict:
         config = RunConfig(rerank=(parse_stage(spec),), llm=LLMConfig(preset=preset))

@@ -8,8 +8,8 @@ inconsistencies are found from its rows and shown with both figures (RaDeR-gte-Q
 R2MED's own figures (BM25, OpenAI-3-Large, GritLM-7B, NV-Embed-v2) sit under R2MED's row ids and
 are compared with R2MED's rows figure by figure: the same, and a changed figure is reported. A
 dense run of one of its models, under the hub name the authors' script loads, is set beside its
-row (agents.paper), and agents.run prints the row's figures beside its own; the commands in
-docs/results.md's section on the table make exactly those runs.
+row (agents.execution.published_row), and agents.run prints the row's figures beside its own; the
+commands in docs/results.md's section on the table make exactly those runs.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.paper import (
+from agents.config.serialise import to_dict
+from agents.config.settings import from_settings
+from agents.execution.published_row import (
     REASONEMBED_RETRIEVERS,
     RETRIEVERS,
     average_note,
@@ -35,8 +37,6 @@ from agents.paper import (
     paper_references,
     paper_spec,
 )
-from agents.serialise import to_dict
-from agents.settings import from_settings
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import R2MED_TASKS
 from eval.references import (
@@ -418,8 +418,8 @@ def test_agents_run_prints_the_row_beside_a_reason_embed_run(tasks, tmp_path, ca
     prints Table 3's figure beside Biology's and the row's average beside the run's; nothing
     beside the toy task, which is not R2MED's. The pipeline is stubbed (no 8B model here):
     each task's figures are a BM25 run's of the toy, so only the printing is under test."""
-    import agents.pipeline
-    from agents.pipeline import RunResult, TaskResult
+    import agents.execution.whole_run
+    from agents.execution.whole_run import RunResult, TaskResult
 
     bm25, _ = run_and_parse({"toy": tasks["toy"]}, tmp_path, capsys, "bm25", "--agent", "none")
     summary = TaskSummary.from_dict(
@@ -433,7 +433,7 @@ def test_agents_run_prints_the_row_beside_a_reason_embed_run(tasks, tmp_path, ca
             on_task(done[name])
         return RunResult(tmp_path / "runs" / "reason", config, done, 0.5)
 
-    monkeypatch.setattr(agents.pipeline, "run", stub)
+    monkeypatch.setattr(agents.execution.whole_run, "run", stub)
     spec = "dense:hanhainebula/reason-embed-qwen3-8b-0928"
     printed, _ = run_and_parse(tasks, tmp_path, capsys, "reason", "--agent", "none",
                                "--retriever", spec)  # fmt: skip
@@ -464,7 +464,7 @@ def test_a_rader_run_over_r2med_s_8_tasks_gives_both_averages():
 
 
 def test_compare_names_the_rows_and_their_notes(tasks, tmp_path, capsys):
-    from agents.run import main as run_main
+    from agents.commands.run import main as run_main
 
     argv = ["--agent", "none", "--dataset", str(tasks["Biology"]), "--runs-dir",
             str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--run-name", "b",
@@ -508,8 +508,8 @@ def _section() -> str:
 
 
 def _run_config(command: str) -> dict:
-    from agents.run import parse_args
-    from agents.settings import settings_from_args
+    from agents.commands.run import parse_args
+    from agents.config.settings import settings_from_args
 
     argv = shlex.split(command)
     assert argv[:3] == ["python", "-m", "agents.run"], command
@@ -533,9 +533,9 @@ def test_the_docs_commands_make_the_runs_of_their_rows():
 
 
 def test_the_docs_bash_block_runs_and_compares_a_row():
-    from agents.naming import run_folder_name
-    from agents.run import parse_args
-    from agents.settings import settings_from_args
+    from agents.commands.run import parse_args
+    from agents.config.naming import run_folder_name
+    from agents.config.settings import settings_from_args
 
     (block,) = re.findall(r"```bash\n(.*?)```", _section(), re.DOTALL)
     commands = [line for line in block.splitlines() if line and not line.startswith("#")]

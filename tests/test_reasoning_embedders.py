@@ -326,7 +326,7 @@ def test_the_authors_families_keep_the_document_whose_id_is_the_querys(models, t
     (arguments.py L60-62) and no script sets; R2MED's (BEIR's) drops it. A run follows the
     family's rule (config.json records it); --ignore-identical-ids true/false overrides it,
     and a config.json that recorded true (before the rule) still drops it."""
-    from agents.run import main
+    from agents.commands.run import main
     from retrievers.config import DenseConfig, RetrieverConfig
 
     folder = tmp_path / "task"
@@ -370,7 +370,7 @@ def test_a_run_records_the_rule_its_members_families_agree_on():
     """config.json records one bool where the members agree (true for a spec with no dense or
     api member, as every config.json did before families had rules) and null where they
     differ, each member then following its own family."""
-    from agents.config import RunConfig
+    from agents.config.run_config import RunConfig
     from retrievers.config import RetrieverConfig
 
     def recorded(spec: str, **dense) -> bool | None:
@@ -470,7 +470,7 @@ def test_reasonir_needs_its_own_code_and_the_users_leave(models, tmp_path, capsy
     """ReasonIR runs its repository's own code (the script's --trust_remote_code True, L23):
     refused in one line without --trust-remote-code, before any work; a folder whose
     config.json names no code of its own is refused before any work too."""
-    from agents.run import main
+    from agents.commands.run import main
     from retrievers.config import DenseConfig, RetrieverConfig
     from retrievers.model_source import ModelSourceError
     from retrievers.search import check_models

@@ -6,8 +6,8 @@ import json
 import random
 from pathlib import Path
 
+from agents.commands.run import main
 from agents.llm import scripted
-from agents.run import main
 from eval.records import SHARED_MIN, pack_record, read_records, record_line, unpack_record
 
 

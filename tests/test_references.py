@@ -3,9 +3,9 @@ exactly (both spellings of its metric keys), shipped as eval/references/r2med.js
 against R2MED's files by value; its leaderboard (r2med.github.io) read from a TSV copy, shipped
 as eval/references/r2med-leaderboard.json; where the two agree (to the page's rounding) and
 where they conflict, found from the data; the row a run's configuration reproduces
-(agents.paper), from either source; the figures, their sources and the exact differences
-beside real runs in eval.compare's outputs and agents.run's printed lines; the R2MED figures
-methods' own authors published (eval/references/r2med-authors.json), an average alone shown
+(agents.execution.published_row), from either source; the figures, their sources and the exact
+differences beside real runs in eval.compare's outputs and agents.run's printed lines; the R2MED
+figures methods' own authors published (eval/references/r2med-authors.json), an average alone shown
 as such and never split into per-task figures."""
 
 from __future__ import annotations
@@ -22,13 +22,20 @@ from pathlib import Path
 
 import pytest
 
-from agents.cli import report
-from agents.config import RunConfig
-from agents.paper import LLMS, RETRIEVERS, paper_figures, paper_reference, paper_row, paper_spec
-from agents.pipeline import run
-from agents.run import main as run_main
-from agents.serialise import to_dict
-from agents.settings import from_settings
+from agents.commands.cli import report
+from agents.commands.run import main as run_main
+from agents.config.run_config import RunConfig
+from agents.config.serialise import to_dict
+from agents.config.settings import from_settings
+from agents.execution.published_row import (
+    LLMS,
+    RETRIEVERS,
+    paper_figures,
+    paper_reference,
+    paper_row,
+    paper_spec,
+)
+from agents.execution.whole_run import run_dataset
 from eval.compare import compare_runs
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, R2MED_TASKS
@@ -372,7 +379,8 @@ def test_the_leaderboard_holds_the_page_s_67_rows():
 
 
 def test_the_leaderboard_s_names_are_r2med_s_short_names():
-    """Every name the page's cells map to is one agents.paper knows (and so a run can match)."""
+    """Every name the page's cells map to is one agents.execution.published_row knows (and so a run
+    can match)."""
     assert set(LEADERBOARD_RETRIEVERS.values()) <= set(RETRIEVERS) | {"bm25"}
     assert set(LEADERBOARD_LLMS.values()) <= set(LLMS)
     for row in load_references("r2med-leaderboard"):
@@ -715,7 +723,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         shutil.copytree(DEMO_DIR, root / "data" / task)
     dataset = ",".join(str(root / "data" / t) for t in TASKS)
     for method in ("bm25q", "lucene"):
-        run(_config(root, dataset, root / "runs", method, bm25_method=method), progress=False)
+        run_dataset(
+            _config(root, dataset, root / "runs", method, bm25_method=method), progress=False
+        )
     return {"root": root, "bm25q": root / "runs" / "bm25q", "lucene": root / "runs" / "lucene"}
 
 
@@ -838,7 +848,7 @@ def test_compare_refuses_an_unknown_reference_in_one_line(runs, capsys):
 
 def test_a_limited_run_is_noted_against_the_paper(runs, tmp_path):
     biology = str(runs["root"] / "data" / "Biology")
-    run(_config(runs["root"], biology, tmp_path, "limited", limit=5), progress=False)
+    run_dataset(_config(runs["root"], biology, tmp_path, "limited", limit=5), progress=False)
     c = compare_runs([tmp_path / "limited"], references=["r2med:base/bm25"])
     (p,) = c.published
     assert p.figures == {"Biology": 0.19188}
@@ -966,8 +976,8 @@ def test_agents_run_prints_a_leaderboard_only_row_as_the_leaderboard_s(runs, tmp
 def test_printed_figures_of_a_conflicting_row_give_both_sources(runs, tmp_path):
     """A run of R2MED's MedCPT setup: each task where the sources conflict shows both figures,
     and the average line both averages; where they agree, the repository's figure alone."""
-    from agents.cli import paper_average, paper_for
-    from agents.pipeline import RunResult, TaskResult
+    from agents.commands.cli import paper_average, paper_for
+    from agents.execution.whole_run import RunResult, TaskResult
 
     config = from_settings({"agent": "none", "retriever": "dense:ncbi/MedCPT-Article-Encoder"})
     medcpt = paper_for(config)
@@ -992,7 +1002,7 @@ def test_printed_figures_of_a_conflicting_row_give_both_sources(runs, tmp_path):
 
 
 def test_report_lines_without_a_row_are_unchanged(runs):
-    from agents.pipeline import TaskResult
+    from agents.execution.whole_run import TaskResult
 
     summary = json.loads((runs["bm25q"] / "Biology" / "metrics.json").read_text())
     result = TaskResult(name="Biology", folder="Biology", summary=TaskSummary.from_dict(summary))
@@ -1007,7 +1017,7 @@ def test_report_lines_without_a_row_are_unchanged(runs):
 def test_agents_sweep_prints_the_paper_s_figures_for_a_matching_cell(runs, tmp_path, capsys):
     """A sweep's cells print through agents.run's printer: a cell of R2MED's BM25 over its
     Biology task is the paper's base/bm25 row."""
-    from agents.sweep import main as sweep_main
+    from agents.commands.sweep import main as sweep_main
 
     config = tmp_path / "sweep.toml"
     config.write_text(
@@ -1026,9 +1036,9 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
 ):
     """A cross-encoder at depth 10 over NV-Embed-v2's lists is R2MED's reranker row, and the
     rerank prints its figures (the run itself stubbed: no model is downloaded here)."""
-    import agents.pipeline
-    from agents.pipeline import RunResult, TaskResult
-    from agents.rerank.__main__ import main as rerank_main
+    import agents.execution.whole_run
+    from agents.commands.rerank import main as rerank_main
+    from agents.execution.whole_run import RunResult, TaskResult
 
     source = tmp_path / "nv"
     source.mkdir()
@@ -1044,7 +1054,7 @@ def test_agents_rerank_prints_the_paper_s_figure_for_a_reranker_row(
         on_task(task)
         return RunResult(tmp_path / "reranked", config, {"Biology": task}, 0.5)
 
-    monkeypatch.setattr(agents.pipeline, "run", stub)
+    monkeypatch.setattr(agents.execution.whole_run, "run", stub)
     argv = [str(source), "--rerank", "cross:BAAI/bge-reranker-v2-m3,depth=10", "--quiet"]
     assert rerank_main(argv) == 0
     out = capsys.readouterr().out
@@ -1205,7 +1215,7 @@ def reasonrank_config(**changes):
 
 
 def test_a_rerank_of_reasonranks_file_is_shown_beside_its_published_average():
-    from agents.paper import average_note
+    from agents.execution.published_row import average_note
 
     ref = paper_reference(reasonrank_config())
     assert ref is not None and ref.spec == "r2med-authors:reranker/reasonrank-32b/e5/top_100"

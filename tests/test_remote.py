@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from agents.run import main
+from agents.commands.run import main
 from eval.datasets import load_folder, task_fingerprint
 from eval.records import unpack_record
 from retrievers import remote

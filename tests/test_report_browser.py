@@ -25,9 +25,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 import tests.browser
+from agents.commands.run import main as run_main
 from agents.llm import scripted
 from agents.llm.scripted import Reply
-from agents.run import main as run_main
 from eval.compare.__main__ import main as compare_main
 from eval.datasets import DEMO_DIR, load_tasks
 from eval.records import unpack_record

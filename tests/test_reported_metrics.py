@@ -28,8 +28,8 @@ import litellm
 import pytest
 import pytrec_eval
 
+from agents.commands.run import main as run_main
 from agents.llm import scripted
-from agents.run import main as run_main
 from eval.compare import compare_runs, comparison_markdown, write_comparison
 from eval.datasets import DataError, load_folder, read_qrels
 from eval.records import unpack_record
@@ -288,10 +288,10 @@ def test_compare_says_when_metrics_json_lacks_the_metric(matrix):
 @pytest.mark.parametrize("ties", ["trec", "ascending"])
 def test_a_ranking_longer_than_the_depth_is_scored_as_run_trec_holds_it(tmp_path, ties):
     """metrics.json is computed on the ranking cut to --depth, the lines run.trec keeps."""
-    from agents.config import EvalConfig, RunConfig
-    from agents.pipeline import final_run
+    from agents.config.run_config import EvalConfig, RunConfig
+    from agents.execution.whole_run import final_run
     from eval.datasets import Task
-    from eval.evaluate import evaluate
+    from eval.evaluate import evaluate_run
     from eval.trec import read_run, write_run
 
     task = Task(
@@ -301,8 +301,8 @@ def test_a_ranking_longer_than_the_depth_is_scored_as_run_trec_holds_it(tmp_path
     run = final_run({"q": {"a": 3.0, "b": 2.0, "c": 2.0, "d": 1.0}}, task, config)
     assert len(run["q"]) == 2
     write_run(run, tmp_path / "run.trec", depth=2, ties=ties)
-    from_file = evaluate(task.qrels, read_run(tmp_path / "run.trec"), ties=ties)
-    assert evaluate(task.qrels, run, ties=ties).mean == from_file.mean
+    from_file = evaluate_run(task.qrels, read_run(tmp_path / "run.trec"), ties=ties)
+    assert evaluate_run(task.qrels, run, ties=ties).mean == from_file.mean
     assert from_file.mean["MRR"] == 0.0  # d, ranked 4th, is beyond the depth
 
 

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-import agents.registry
-from agents.config import ConfigError, typed_options
+import agents.config.registry
+from agents.commands.run import main
+from agents.config.run_config import ConfigError, typed_options
+from agents.config.serialise import to_dict
+from agents.config.settings import from_settings
+from agents.config.stages import parse_stage
 from agents.rerank import StageContext
 from agents.rerank.cross import CROSS, ScoreCache, build_stage, load_cross_encoder
-from agents.run import main
-from agents.serialise import to_dict
-from agents.settings import from_settings
-from agents.stages import parse_stage
 from eval.records import read_records
 from tests.helpers import DOCS, QUERIES
 
@@ -172,7 +172,7 @@ def test_options_are_checked_in_one_line():
 
 
 def test_the_model_after_the_colon_fills_option_model(monkeypatch):
-    monkeypatch.setitem(agents.registry.STAGES, "cross", CROSS)
+    monkeypatch.setitem(agents.config.registry.STAGES, "cross", CROSS)
     stage = parse_stage("cross:BAAI/bge-reranker-v2-m3,batch_size=16")
     assert stage.options == {**CROSS.defaults, "model": "BAAI/bge-reranker-v2-m3",
                              "batch_size": 16}  # fmt: skip
@@ -193,7 +193,7 @@ def test_module_import_stays_light():
 def test_end_to_end_after_the_baseline_and_a_rerun_pays_nothing(
     tiny_cross_encoder, tmp_path, toy_dir, monkeypatch, predict_calls
 ):
-    monkeypatch.setitem(agents.registry.STAGES, "cross", CROSS)
+    monkeypatch.setitem(agents.config.registry.STAGES, "cross", CROSS)
     args = ["--agent", "none", "--dataset", str(toy_dir), "--runs-dir", str(tmp_path / "runs"),
             "--cache-dir", str(tmp_path / "cache"), "--quiet",
             "--rerank", f"cross,model={tiny_cross_encoder},depth=5,device=cpu"]  # fmt: skip
@@ -635,7 +635,7 @@ def test_r2med_options_are_checked_in_one_line():
 
 @pytest.mark.parametrize("name", ["bge-reranker", "monobert", "rankllama"])
 def test_a_depth_10_cross_stage_over_nv_embed_is_r2meds_reranker_row(name):
-    from agents import paper
+    from agents.execution import published_row as paper
 
     model = {"bge-reranker": "BAAI/bge-reranker-v2-m3",
              "monobert": "castorini/monobert-large-msmarco",
@@ -655,7 +655,7 @@ def test_a_depth_10_cross_stage_over_nv_embed_is_r2meds_reranker_row(name):
 def test_end_to_end_the_rule_is_in_the_config_and_every_step(
     monobert, tmp_path, toy_dir, monkeypatch
 ):
-    monkeypatch.setitem(agents.registry.STAGES, "cross", CROSS)
+    monkeypatch.setitem(agents.config.registry.STAGES, "cross", CROSS)
     assert main(["--agent", "none", "--dataset", str(toy_dir), "--runs-dir",
                  str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--quiet",
                  "--run-name", "r", "--rerank",

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-import agents.pipeline
+import agents.execution.whole_run
+from agents.commands.rerank import main as rerank_main
+from agents.commands.run import main as run_main
+from agents.commands.trace import main as trace_main
 from agents.llm import scripted
-from agents.rerank.__main__ import main as rerank_main
-from agents.run import main as run_main
-from agents.trace import main as trace_main
 from eval.records import read_records
 
 PASSAGE = "Metformin lowers hepatic glucose production in type 2 diabetes."
@@ -50,7 +50,7 @@ def no_first_stage(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a retriever was built")
 
-    monkeypatch.setattr(agents.pipeline, "build_retriever", refuse)
+    monkeypatch.setattr(agents.execution.whole_run, "build_retriever", refuse)
 
 
 def cli(source, *flags):

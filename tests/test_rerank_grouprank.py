@@ -15,8 +15,9 @@ from random import Random
 
 import pytest
 
+from agents.commands.run import main
 from agents.llm import LLM, scripted
-from agents.llm.chatml import render_chatml
+from agents.llm.embedded.chatml import render_chatml
 from agents.llm.sampling import resolve
 from agents.rerank import StageContext
 from agents.rerank.grouprank import (
@@ -28,7 +29,6 @@ from agents.rerank.grouprank import (
     shuffle_stream,
     stream_sha256,
 )
-from agents.run import main
 from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
@@ -628,8 +628,8 @@ def test_the_sampling_is_the_originals_and_the_budget_an_option():
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError
-    from agents.stages import parse_stage
+    from agents.config.run_config import ConfigError
+    from agents.config.stages import parse_stage
 
     for key in ("depth", "k", "group_size", "interval", "passes", "max_doc_chars", "max_tokens"):
         with pytest.raises(ConfigError, match=f"{key} must be at least 1"):
@@ -701,7 +701,7 @@ def test_a_run_counts_outcomes_records_sampling_and_replays_the_originals_stream
 
 
 def test_the_trace_shows_each_groups_documents_and_scores(tmp_path, toy_dir, capsys):
-    from agents.trace import main as trace_main
+    from agents.commands.trace import main as trace_main
 
     scripted.install(all_nines)
     run_dir = toy_run(tmp_path, toy_dir, "--rerank", "grouprank,group_size=2,interval=2")
@@ -729,7 +729,7 @@ def test_a_run_over_fewer_queries_draws_another_stream_and_says_so(tmp_path, toy
 
 
 def test_a_rerank_of_a_run_file_replays_the_stream_in_the_tasks_order(tmp_path, toy_dir):
-    from agents.rerank.__main__ import main as rerank_main
+    from agents.commands.rerank import main as rerank_main
 
     scripted.install(all_nines)
     run_file = tmp_path / "first.trec"
@@ -753,8 +753,8 @@ def test_a_rerank_of_a_run_file_replays_the_stream_in_the_tasks_order(tmp_path, 
 
 
 def test_the_dry_run_counts_20_calls_a_query_at_the_originals_settings(tmp_path):
-    from agents.dry_run import estimate
-    from agents.settings import from_settings
+    from agents.config.settings import from_settings
+    from agents.execution.dry_run import estimate
 
     def stage(spec: str):
         config = from_settings({"dataset": "demo", "model": "scripted/x", "agent": "none",

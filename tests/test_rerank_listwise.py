@@ -8,8 +8,9 @@ import re
 
 import pytest
 
+from agents.commands.run import main
+from agents.config.registry import STAGES
 from agents.llm import LLM, scripted
-from agents.registry import STAGES
 from agents.rerank import StageContext
 from agents.rerank.listwise import (
     INSERTRANK,
@@ -20,7 +21,6 @@ from agents.rerank.listwise import (
     parse_permutation,
     windows,
 )
-from agents.run import main
 from eval.records import read_records
 from prompts import PromptBook
 
@@ -215,8 +215,8 @@ def test_insertrank_shows_each_passage_with_its_first_stage_score(tmp_path):
 
 
 def test_bad_options_are_refused(listwise_stages):
-    from agents.config import ConfigError
-    from agents.stages import parse_stage
+    from agents.config.run_config import ConfigError
+    from agents.config.stages import parse_stage
 
     for spec in ("llm-listwise,window=1", "llm-listwise,step=30", "llm-listwise,depth=0",
                  "insertrank,score_name= "):  # fmt: skip

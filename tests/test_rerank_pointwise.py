@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from agents.commands.run import main
+from agents.commands.trace import main as trace_main
 from agents.llm import LLM, scripted
 from agents.rerank import StageContext
 from agents.rerank.pointwise import (
@@ -19,8 +21,6 @@ from agents.rerank.pointwise import (
     parse_yes_no,
     yes_probability,
 )
-from agents.run import main
-from agents.trace import main as trace_main
 from eval.records import read_records
 from prompts import PromptBook
 
@@ -233,8 +233,8 @@ def test_logprobs_are_cached_with_the_reply(tmp_path):
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError
-    from agents.stages import parse_stage
+    from agents.config.run_config import ConfigError
+    from agents.config.stages import parse_stage
 
     for spec in ("llm-pointwise,judge=maybe", "llm-pointwise,top_logprobs=21",
                  "llm-pointwise,depth=0", "llm-pointwise,reason=perhaps"):  # fmt: skip

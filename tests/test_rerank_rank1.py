@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from agents.commands.run import main
+from agents.commands.trace import main as trace_main
 from agents.llm import LLM, scripted
 from agents.llm.sampling import resolve
 from agents.rerank import StageContext
@@ -21,8 +23,6 @@ from agents.rerank.rank1 import (
     forced_prompt,
     true_probability,
 )
-from agents.run import main
-from agents.trace import main as trace_main
 from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
@@ -121,8 +121,8 @@ def test_both_presets_send_rank1s_sampling():
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError
-    from agents.stages import parse_stage
+    from agents.config.run_config import ConfigError
+    from agents.config.stages import parse_stage
 
     for spec in ("rank1,depth=0", "rank1,force=maybe", "rank1,max_tokens=0", "rank1,ties=random"):
         with pytest.raises(ConfigError):
@@ -286,7 +286,7 @@ def test_a_run_counts_each_outcome_and_a_rerun_calls_nothing(tmp_path, toy_dir, 
 def test_the_embedded_model_forces_with_its_own_token_ids(tmp_path):
     """Real llama.cpp: a small model never closes </think> in 16 tokens, so every passage is
     forced; the forced token is " true" or " false" and the two alternatives are all it has."""
-    from agents.llm.pool import tokenizer
+    from agents.llm.embedded.pool import tokenizer
 
     ctx = StageContext(
         corpus=CORPUS, task="toy", options={**DEFAULTS, "depth": 2},
@@ -395,7 +395,7 @@ CONFIDENT = {"d1": (-1e-6, -13.9), "d2": (-1e-6, -14.3), "d3": (LN(0.2), LN(0.8)
 def test_scores_that_agree_to_six_decimals_are_ordered_as_rank1s_are(tmp_path):
     import pytrec_eval
 
-    from eval.evaluate import evaluate
+    from eval.evaluate import evaluate_run
 
     def respond(messages, params):
         doc = next(d for d, text in CORPUS.items() if text in messages[0]["content"])
@@ -413,9 +413,9 @@ def test_scores_that_agree_to_six_decimals_are_ordered_as_rank1s_are(tmp_path):
     assert list(result["ranking"]) == ["d2", "d1", "d3"]
     qrels = {"q1": {"d2": 1}}
     want = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate({"q1": original})
-    got = evaluate(qrels, {"q1": result["ranking"]}).per_query["q1"]["NDCG@10"]
+    got = evaluate_run(qrels, {"q1": result["ranking"]}).per_query["q1"]["NDCG@10"]
     assert got == want["q1"]["ndcg_cut_10"] == 1.0
     rounded = {d: round(s, 6) for d, s in original.items()}  # the stage before this fix
     stable = sorted(rounded, key=lambda d: -rounded[d])
-    before = evaluate(qrels, {"q1": {d: 3.0 - i for i, d in enumerate(stable)}})
+    before = evaluate_run(qrels, {"q1": {d: 3.0 - i for i, d in enumerate(stable)}})
     assert before.per_query["q1"]["NDCG@10"] < got

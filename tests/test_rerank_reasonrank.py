@@ -13,8 +13,9 @@ import pytest
 import pytrec_eval
 from ftfy import fix_text
 
+from agents.commands.run import main
 from agents.llm import LLM, scripted
-from agents.llm.chatml import render_chatml
+from agents.llm.embedded.chatml import render_chatml
 from agents.llm.sampling import resolve
 from agents.rerank import StageContext
 from agents.rerank.reasonrank import (
@@ -25,7 +26,6 @@ from agents.rerank.reasonrank import (
     receive_permutation,
     windows,
 )
-from agents.run import main
 from eval.records import read_records
 from prompts import PromptBook
 from tests import tiny_models
@@ -224,8 +224,8 @@ def test_both_presets_send_reasonranks_budget():
 
 
 def test_bad_options_are_refused():
-    from agents.config import ConfigError
-    from agents.stages import parse_stage
+    from agents.config.run_config import ConfigError
+    from agents.config.stages import parse_stage
 
     for spec in ("reasonrank,window=0", "reasonrank,step=0", "reasonrank,passage_tokens=0",
                  "reasonrank,max_tokens=0", "reasonrank,scores=model"):  # fmt: skip
@@ -365,7 +365,7 @@ MODEL_ORDER = [1, 2, 3, 12, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
 def test_each_place_keeps_its_first_stage_score_and_pytrec_eval_orders_the_ties(tmp_path):
-    from eval.evaluate import evaluate
+    from eval.evaluate import evaluate_run
 
     corpus = {d: f"passage {d}" for d in TIED_FIRST_STAGE}
     reply = "<think>.</think><answer>" + " > ".join(f"[{i}]" for i in MODEL_ORDER) + "</answer>"
@@ -387,8 +387,8 @@ def test_each_place_keeps_its_first_stage_score_and_pytrec_eval_orders_the_ties(
     assert list(ours) == list(positions) == [f"d{i:02d}" for i in MODEL_ORDER]
     qrels = {"q1": {"d12": 1}}
     ndcg = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10"}).evaluate(original)
-    ours_ndcg = evaluate(qrels, {"q1": ours}).per_query["q1"]["NDCG@10"]
-    positions_ndcg = evaluate(qrels, {"q1": positions}).per_query["q1"]["NDCG@10"]
+    ours_ndcg = evaluate_run(qrels, {"q1": ours}).per_query["q1"]["NDCG@10"]
+    positions_ndcg = evaluate_run(qrels, {"q1": positions}).per_query["q1"]["NDCG@10"]
     # pytrec_eval puts d12 before d03 (doc id descending): third, not fourth as the model said
     assert ours_ndcg == pytest.approx(ndcg["q1"]["ndcg_cut_10"]) == pytest.approx(1 / math.log2(4))
     assert positions_ndcg == pytest.approx(1 / math.log2(5)) != ours_ndcg

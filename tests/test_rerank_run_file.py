@@ -17,16 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import agents.pipeline
+import agents.execution.whole_run
+from agents.commands.rerank import main as rerank_main
+from agents.commands.run import main as run_main
+from agents.commands.sweep import SweepError, cells, load_sweep
+from agents.commands.sweep import main as sweep_main
+from agents.commands.trace import main as trace_main
 from agents.llm import scripted
-from agents.rerank.__main__ import main as rerank_main
-from agents.run import main as run_main
-from agents.sweep import SweepError, cells, load_sweep
-from agents.sweep import main as sweep_main
-from agents.trace import main as trace_main
 from eval.compare import compare_runs
 from eval.datasets import load_folder
-from eval.evaluate import evaluate
+from eval.evaluate import evaluate_run
 from eval.records import read_records
 from eval.runs import RunFolder
 from eval.trec import read_run
@@ -97,7 +97,7 @@ def no_retriever(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a retriever was built")
 
-    monkeypatch.setattr(agents.pipeline, "build_retriever", refuse)
+    monkeypatch.setattr(agents.execution.whole_run, "build_retriever", refuse)
 
 
 def rerank_file(path: Path, task_dir: Path, tmp_path: Path, *flags: str) -> int:
@@ -133,7 +133,7 @@ def test_a_run_file_reranks_as_the_run_folder_it_was_written_from(
     def refuse(*args, **kwargs):
         raise AssertionError("a retriever was built")
 
-    monkeypatch.setattr(agents.pipeline, "build_retriever", refuse)
+    monkeypatch.setattr(agents.execution.whole_run, "build_retriever", refuse)
 
     by_folder = Prompts()
     provider = scripted.install(by_folder)
@@ -284,7 +284,7 @@ def test_queries_the_file_lacks_are_scored_as_missing_and_said_once(
         run = tmp_path / "runs" / name
         first = summary(run)["stages"]["agent"]
         # what eval.score says of the same file under the same rule
-        assert first == evaluate(qrels, read_run(trec), missing=missing).mean
+        assert first == evaluate_run(qrels, read_run(trec), missing=missing).mean
         assert summary(run)["run_file"]["missing"] == ["q3"]
         assert set(read_records(run / "cases" / "queries.jsonl")) == {"q1", "q2"}
         assert set(read_records(run / "cases" / STAGE_FOLDER / "queries.jsonl")) == {"q1", "q2"}
@@ -341,8 +341,8 @@ def test_order_file_keeps_the_files_lines_as_reasonranks_loader_does(
     lines, scores = summary(tmp_path / "runs" / "lines"), summary(tmp_path / "runs" / "scores")
     qrels = load_folder(task_dir).qrels
     as_listed = {"q1": {"d1": 3.0, "d2": 2.0, "d6": 1.0}, "q2": {"d3": 3.0, "d7": 2.0, "d5": 1.0}}
-    assert lines["stages"]["agent"] == evaluate(qrels, as_listed).mean
-    assert scores["stages"]["agent"] == evaluate(qrels, read_run(trec)).mean
+    assert lines["stages"]["agent"] == evaluate_run(qrels, as_listed).mean
+    assert scores["stages"]["agent"] == evaluate_run(qrels, read_run(trec)).mean
     assert lines["stages"]["agent"]["NDCG@10"] != scores["stages"]["agent"]["NDCG@10"]
     assert "as the file lists them (4 scores of the task set just below" in json.dumps(first)
     config = json.loads((tmp_path / "runs" / "lines" / "config.json").read_text())
@@ -396,7 +396,7 @@ cache = "off"
     runs = tmp_path / "out" / "runs"
     alone, reranked = (summary(runs / n) for n in names)
     qrels = load_folder(task_dir).qrels
-    assert alone["metrics"] == evaluate(qrels, read_run(trec)).mean
+    assert alone["metrics"] == evaluate_run(qrels, read_run(trec)).mean
     assert reranked["stages"]["agent"] == alone["metrics"]
     # no LLM was called, yet a file's lists come from a system unseen here (e5-mistral is one)
     assert RunFolder(runs / names[0]).info() == {"label": "run:e5_top100", "llm_free": False}

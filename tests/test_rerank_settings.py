@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from agents.config import ConfigError, RunConfig, default_run_name
+from agents.commands.run import main
+from agents.commands.sweep import SweepError, cells, load_sweep
+from agents.config.run_config import ConfigError, RunConfig, default_run_name
+from agents.config.serialise import to_dict
+from agents.config.settings import from_settings
 from agents.llm import scripted
-from agents.run import main
-from agents.serialise import to_dict
-from agents.settings import from_settings
-from agents.sweep import SweepError, cells, load_sweep
 from eval.records import read_records
 
 
@@ -196,7 +196,7 @@ def test_max_tokens_reaches_each_reasoning_stage_and_a_stages_own_budget_wins(tm
 
 
 def rerank_main(argv: list[str]) -> int:
-    from agents.rerank.__main__ import main as rerank
+    from agents.commands.rerank import main as rerank
 
     return rerank(argv)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from agents.commands.run import main as run_main
 from agents.llm import scripted
 from agents.llm.scripted import Reply
-from agents.run import main as run_main
 from eval.datasets import load_tasks, task_fingerprint
 from retrievers.base import SearchRequest
 from retrievers.config import BM25Config, RetrieverConfig

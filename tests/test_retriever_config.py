@@ -198,7 +198,7 @@ def test_the_retriever_flags_are_the_fields_own():
     field's metadata: one help text, one check, one default."""
     import argparse
 
-    from agents.settings import SETTINGS, add_arguments
+    from agents.config.settings import SETTINGS, add_arguments
     from retrievers.flags import TASK_SETTINGS, add_retriever_arguments, retriever_settings
 
     own = {**retriever_settings(), **TASK_SETTINGS}

@@ -1,5 +1,5 @@
-"""The one retry policy (eval/retry.py) as the embedding API and the retrieval server client
-meet it: a real HTTP server that answers 429/503 with Retry-After, then answers; the wait is
+"""The one retry policy (eval/plumbing/retry.py) as the embedding API and the retrieval server
+client meet it: a real HTTP server that answers 429/503 with Retry-After, then answers; the wait is
 the server's (the backoff is 0 in the tests), capped at RETRY_AFTER_MAX_S."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-import eval.retry
+import eval.plumbing.retry
 from retrievers import remote
 from retrievers.api_embed import api_encoder
 from tests.helpers import send_body
@@ -68,7 +68,7 @@ def test_the_retrieval_server_client_waits_as_long_as_a_503_asks(server, slept):
 
 
 def test_a_retry_after_longer_than_the_cap_waits_the_cap(server, slept, monkeypatch):
-    monkeypatch.setattr(eval.retry, "RETRY_AFTER_MAX_S", 9.0)
+    monkeypatch.setattr(eval.plumbing.retry, "RETRY_AFTER_MAX_S", 9.0)
     Script.replies = [(503, {"Retry-After": "3600"}, {}), (200, {}, HEALTH)]
     remote.health(server)
     assert slept == [9.0]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.run import main
+from agents.commands.run import main
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_none_agent_writes_a_scored_run_folder(env, capsys):
 
 def test_rerun_skips_finished_tasks(env, monkeypatch):
     assert run(env) == 0
-    import agents.pipeline as pipeline
+    import agents.execution.whole_run as pipeline
 
     def boom(*a, **k):
         raise AssertionError("a finished task was retrieved again")
@@ -144,8 +144,8 @@ def test_unknown_names_are_one_line_errors(env, capsys, flag, value, expected):
 
 
 def test_run_names_tell_non_default_agent_settings_apart():
-    from agents.config import LLMConfig, RunConfig
-    from agents.pipeline import default_run_name
+    from agents.config.run_config import LLMConfig, RunConfig
+    from agents.execution.whole_run import default_run_name
 
     llm = LLMConfig(model="local/qwen2.5-coder-0.5b")
     default = default_run_name(RunConfig(agent="search-o1", llm=llm))

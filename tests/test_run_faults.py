@@ -3,7 +3,7 @@
 The scripted LLM answers every query with a passage derived from the query's number, so any
 two runs that answer the same queries must rank and score identically. Subprocess tests run
 `DRIVER` (written to tmp_path): it installs the scripted provider inside the child process,
-logs each provider call's query number to a file, then calls `agents.run.main`.
+logs each provider call's query number to a file, then calls `agents.commands.run.main`.
 See docs/reliability.md for the list of guarantees these tests stand behind.
 """
 
@@ -23,25 +23,25 @@ from pathlib import Path
 import litellm
 import pytest
 
-import eval.retry
-from agents.interrupt import MESSAGE
+import eval.plumbing.retry
+from agents.commands.run import main
+from agents.execution.task_queries import read_records
 from agents.llm import scripted
-from agents.run import main
-from agents.runner import read_records
-from eval.cli import INTERRUPTED
+from agents.shared.interrupt import MESSAGE
+from eval.plumbing.cli import INTERRUPTED
 
 N_QUERIES = 30
 TASK = "gen"  # the generated task's folder name, hence its name in run folders
 
 DRIVER = '''
-"""Run agents.run.main with a scripted LLM: python driver.py SPEC.json RUN-ARGS..."""
+"""Run agents.commands.run.main with a scripted LLM: python driver.py SPEC.json RUN-ARGS..."""
 import json, os, re, sys
 
 import litellm
 
-import eval.retry
+import eval.plumbing.retry
 from agents.llm import scripted
-from agents.run import main
+from agents.commands.run import main
 
 
 def reply(i):
@@ -67,7 +67,7 @@ def make_respond(spec):
 
 if __name__ == "__main__":
     spec = json.loads(open(sys.argv[1]).read())
-    eval.retry.BACKOFF = False
+    eval.plumbing.retry.BACKOFF = False
     scripted.install(make_respond(spec), spec.get("latency", 0.0))
     sys.exit(main(sys.argv[2:]))
 '''
@@ -246,7 +246,7 @@ def flaky(respond, faults: Counter):
 
 
 def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
-    monkeypatch.setattr(eval.retry, "BACKOFF", False)
+    monkeypatch.setattr(eval.plumbing.retry, "BACKOFF", False)
     ref = reference_run(driver, task, tmp_path)
     faults: Counter = Counter()
     scripted.install(flaky(driver.make_respond({"log": str(tmp_path / "calls.log")}), faults))
@@ -267,7 +267,7 @@ def test_transient_faults_change_nothing(driver, task, tmp_path, monkeypatch):
 def test_permanent_faults_fail_their_queries_only_and_are_retried_alone(
     driver, task, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(eval.retry, "BACKOFF", False)
+    monkeypatch.setattr(eval.plumbing.retry, "BACKOFF", False)
     log = tmp_path / "calls.log"
     broken = {
         "fail": {
@@ -474,7 +474,7 @@ def test_sigterm_inside_asyncio_run_is_still_143(capsys):
     cancels the main task and raises a plain KeyboardInterrupt: still 143, the same line."""
     import asyncio
 
-    from eval.cli import command
+    from eval.plumbing.cli import command
 
     async def body() -> int:
         try:
@@ -500,8 +500,8 @@ def test_a_ctrl_c_that_native_code_swallows_still_stops_the_run():
     with exit 0 after a Ctrl-C at start-up). The handler's flag raises it after the load."""
     import ctypes
 
-    from agents import interrupt
-    from agents.llm import pool
+    from agents.llm.embedded import pool
+    from agents.shared import interrupt
 
     def callback() -> None:  # what llama_cpp's log callback is to the interpreter
         os.kill(os.getpid(), signal.SIGINT)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from agents.commands.run import main
+from agents.execution.task_queries import read_records
 from agents.llm import scripted
-from agents.run import main
-from agents.runner import read_records
 from tests.helpers import REPO
 
 PASSAGE = "Statins inhibit HMG-CoA reductase."
@@ -176,7 +176,7 @@ def test_a_second_process_on_the_same_run_folder_is_refused(env, capsys):
 HELD_DRIVER = """
 import asyncio, os, sys
 from agents.llm import scripted
-from agents.run import main
+from agents.commands.run import main
 
 class Held(scripted.ScriptedProvider):
     # answers only once the test has tried the second process

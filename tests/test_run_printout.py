@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.run import main
 from agents.llm import scripted
-from agents.run import main
 from eval import runs
 from tests.printed_report import check_report, parse_report, read_qrels
 

@@ -1,6 +1,6 @@
 """eval.runs (the run-folder layout: RunFolder, TaskFolder, StageFolder), eval.records (a
 query's record and its lines), eval.task_summary (a task's metrics.json) and eval.usage; run
-names and labels are agents.naming's (tests/test_naming.py)."""
+names and labels are agents.config.naming's (tests/test_naming.py)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ FLAT = dict(
     prompts={}, options={"final_ranking": "answer", "max_turns": 15},
 )  # fmt: skip
 
-# a task's metrics.json as agents.pipeline writes it, keys in its order (a rerank of a run file)
+# a task's metrics.json as agents.execution.whole_run writes it, keys in its order (a rerank of a
+# run file)
 SUMMARY = {
     "task": "toy", "notes": ["a note"], "metrics": {"NDCG@10": 0.3, "MRR": 0.5},
     "averaging": "over 2 queries", "queries": 2, "failed": 1, "failures": {"q2": "boom"},
@@ -42,7 +43,7 @@ SUMMARY = {
 
 
 def written(value: object) -> str:
-    """A JSON file as eval.files.write_json writes it."""
+    """A JSON file as eval.plumbing.files.write_json writes it."""
     return json.dumps(value, indent=2) + "\n"
 
 
@@ -315,7 +316,7 @@ def test_only_eval_runs_joins_a_run_folder_s_file_names_onto_a_path():
 def test_run_folder_readers_load_nothing_heavy():
     code = (
         "import sys, eval.runs, eval.records, eval.task_summary, eval.usage, eval.metrics\n"
-        "import agents.trace\n"
+        "import agents.commands.trace\n"
         "heavy = ('numpy', 'pytrec_eval', 'litellm', 'langgraph', 'torch')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import typed_options
+from agents.config.registry import AGENTS
+from agents.config.run_config import typed_options
 from agents.graphs.context import AgentContext
 from agents.graphs.search_loop import parse_call, strip_tags
 from agents.graphs.search_o1 import (
@@ -28,9 +29,9 @@ from agents.graphs.search_o1 import build_graph as build_o1
 from agents.graphs.search_r1 import INVALID_ACTION, parse_action
 from agents.graphs.search_r1 import build_graph as build_r1
 from agents.llm import LLM, Completion, Usage, scripted
-from agents.registry import AGENTS
 from eval.datasets import load_tasks
-from retrievers.search import RetrieverConfig, build_retriever
+from retrievers.config import RetrieverConfig
+from retrievers.search import build_retriever
 from tests.helpers import nodes, records
 from tests.helpers import run_agent as run
 

@@ -23,7 +23,8 @@ from agents.graphs.context import search_step
 from agents.graphs.search_o1 import BEGIN_QUERY, BEGIN_RESULT, END_QUERY, END_RESULT
 from agents.llm import scripted
 from eval.datasets import load_tasks
-from retrievers.search import RetrieverConfig, build_retriever
+from retrievers.config import RetrieverConfig
+from retrievers.search import build_retriever
 from tests.helpers import Server, chat, nodes, records
 from tests.helpers import run_agent as run
 from tests.tiny_models import qwen_tokenizer
@@ -457,11 +458,11 @@ def test_the_embedded_model_reads_the_last_tokens_of_its_whole_chatml_prompt(
 ):
     """An embedded model (its ChatML with its default system message, its own tokenizer):
     what it is sent is the end of the whole rendered input, cut at its context_tokens."""
-    from agents.llm.chatml import render_chatml
-    from agents.llm.embedded import local_name
-    from agents.llm.pool import tokenizer
-    from agents.llm.weights import LOCAL_MODELS
-    from agents.run import main
+    from agents.commands.run import main
+    from agents.llm.embedded.chatml import render_chatml
+    from agents.llm.embedded.names import local_name
+    from agents.llm.embedded.pool import tokenizer
+    from agents.llm.embedded.weights import LOCAL_MODELS
     from eval.records import read_records
     from prompts import PromptBook
 
@@ -506,7 +507,7 @@ def test_where_the_rolling_input_is_rendered_here():
     server: the messages are cut instead, unless tokenizer= names the checkpoint's)."""
     from agents.graphs.search_r1 import model_window
     from agents.llm import LLM
-    from agents.llm.chatml import render_chatml
+    from agents.llm.embedded.chatml import render_chatml
 
     served = LLM("openai/m", api_base="http://127.0.0.1:9/v1", server="llamacpp",
                  chat_template="chatml")  # fmt: skip

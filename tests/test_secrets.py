@@ -13,16 +13,16 @@ from typing import Any
 import litellm
 import pytest
 
+from agents.commands.run import main
+from agents.commands.sweep import main as sweep_main
+from agents.commands.trace import main as trace_main
+from agents.config.serialise import to_dict
+from agents.config.settings import from_settings
 from agents.llm import scripted
-from agents.run import main
-from agents.secrets import public_url, redact
-from agents.serialise import to_dict
-from agents.settings import from_settings
-from agents.sweep import main as sweep_main
-from agents.trace import main as trace_main
 from eval.compare.__main__ import main as compare_main
 from eval.compare.html import embed_json
-from eval.files import safe_name
+from eval.plumbing.files import safe_name
+from eval.plumbing.secrets.redaction import public_url, redact
 from tests.helpers import send_body
 
 URL_PASSWORD = "hunter2-url-password"
@@ -456,7 +456,7 @@ def test_a_run_writes_and_prints_every_url_and_key_masked(
     }
     assert main(argv) == 0  # the masked config.json still binds the same run: resumed
     out2 = capsys.readouterr()
-    assert [r.getMessage() for r in caplog.records if r.name == "agents.pipeline"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "agents.execution.whole_run"] == [
         f"toy: already finished, reading {run_dir / 'toy' / 'metrics.json'}"
     ]
     assert trace_main([str(run_dir), "q1", "--no-qrels"]) == 0
@@ -585,7 +585,7 @@ embed_option = {{ user = "{GATEWAY}" }}
 
     assert sweep_main([str(sweep)]) == 0  # resumed: each cell read back from its folder
     again = capsys.readouterr()
-    assert [r.getMessage() for r in caplog.records if r.name == "agents.pipeline"] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "agents.execution.whole_run"] == [
         f"toy: already finished, reading {out / 'runs' / n / 'toy' / 'metrics.json'}" for n in names
     ]
     assert plain_in(printed.out + printed.err + again.out + again.err) == []
@@ -593,7 +593,7 @@ embed_option = {{ user = "{GATEWAY}" }}
     assert plain_in_files(tmp_path, skip=(toy_dir, sweep)) == []
 
 
-# --- one URL rule for every URL the user gives (eval/credentials.py) ----------------------
+# --- one URL rule for every URL the user gives (eval/plumbing/secrets/credentials.py) -------------
 # A lone userinfo is a token; a query or fragment parameter is a credential by its name
 # (`is_credential_name`, plus `code`). Each form, then each place a run or a sweep puts it.
 
@@ -650,21 +650,25 @@ def test_ordinary_codes_in_free_text_are_left_alone():
 
 def test_one_credential_rule_serves_every_layer():
     import agents.llm.keys
-    import agents.secrets
-    import eval.credentials
+    import eval.plumbing.secrets.credentials
+    import eval.plumbing.secrets.redaction
     import retrievers.config
 
-    rule = eval.credentials.is_credential_name
-    for module in (agents.secrets, agents.llm.keys, retrievers.config):
+    rule = eval.plumbing.secrets.credentials.is_credential_name
+    for module in (eval.plumbing.secrets.redaction, agents.llm.keys, retrievers.config):
         assert module.is_credential_name is rule
-    assert agents.secrets.public_url is eval.credentials.public_url
-    for module in (agents.secrets, agents.llm.keys, retrievers.config):  # no regex of its own
+    assert (
+        eval.plumbing.secrets.redaction.public_url is eval.plumbing.secrets.credentials.public_url
+    )
+    # no regex of its own
+    for module in (eval.plumbing.secrets.redaction, agents.llm.keys, retrievers.config):
         assert not [n for n in vars(module) if n.startswith(("_CREDENTIAL", "_USERINFO"))]
 
 
-# Whether a name holds a credential, as eval.credentials' rule intends: a credential's word
-# (KEY, TOKEN, SECRET, PASSWORD, AUTH) or a glued ending (GITHUBTOKEN, PGPASSWORD) does; a name
-# that only contains one (TOKENIZERS), describes one (API_KEY_FILE) or is a shell's does not.
+# Whether a name holds a credential, as eval.plumbing.secrets.credentials' rule intends: a
+# credential's word (KEY, TOKEN, SECRET, PASSWORD, AUTH) or a glued ending (GITHUBTOKEN, PGPASSWORD)
+# does; a name that only contains one (TOKENIZERS), describes one (API_KEY_FILE) or is a shell's
+# does not.
 CREDENTIAL_NAMES = {
     "OPENAI_API_KEY": True, "HF_TOKEN": True, "MY_SECRET": True, "DB_PASSWORD": True,
     "AUTH": True, "X_API_KEY": True, "GITHUBTOKEN": True, "PGPASSWORD": True, "DB_PASS": True,
@@ -674,10 +678,10 @@ CREDENTIAL_NAMES = {
 
 
 def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatch):
-    """agents.secrets (masking), agents.llm.keys (which missing variables are keys) and
-    retrievers.config (an embedding option named like a key) all answer as the one rule."""
+    """eval.plumbing.secrets.redaction (masking), agents.llm.keys (which missing variables are keys)
+    and retrievers.config (an embedding option named like a key) all answer as the one rule."""
     import agents.llm.keys
-    from eval.credentials import is_credential_name
+    from eval.plumbing.secrets.credentials import is_credential_name
     from retrievers.config import ApiEmbedConfig
 
     names = list(CREDENTIAL_NAMES)
@@ -965,7 +969,7 @@ def test_masking_a_long_text_takes_linear_time():
     80 KB of "a_a_..."; an error text quoting a long reply must not stall a run."""
     import time
 
-    from agents.secrets import redact
+    from eval.plumbing.secrets.redaction import redact
 
     started = time.monotonic()
     for text in ("a_" * 400_000, "x-" * 400_000 + "=v", "9" * 1_000_000 + "x"):

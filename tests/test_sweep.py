@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.sweep import SweepError, cells, load_sweep, main
 from agents.llm import scripted
-from agents.sweep import SweepError, cells, load_sweep, main
 
 PASSAGE = "Metformin reduces hepatic glucose production in type 2 diabetes."
 
@@ -70,7 +70,7 @@ def test_sweep_runs_each_cell_once_resumes_and_compares(tmp_path, toy_dir, capsy
     assert len((comparison / "leaderboard.csv").read_text().splitlines()) == 1 + 3
     assert "Against the baseline" in capsys.readouterr().out
 
-    caplog.set_level(logging.INFO, logger="agents.pipeline")
+    caplog.set_level(logging.INFO, logger="agents.execution.whole_run")
     assert main([str(config)]) == 0  # everything finished: read back, nothing asked
     assert provider.calls == 9
     assert sum("already finished" in r.getMessage() for r in caplog.records) == 3

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from agents.commands.trace import main as trace_main
 from agents.llm import scripted
 from agents.llm.scripted import Reply
 from agents.llm.tool_text import parse_tool_calls, text_messages
-from agents.trace import main as trace_main
 from tests.helpers import nodes, records, run_agent
 
 
@@ -295,7 +295,7 @@ def _qwen_template(messages: list[dict], tools: list[dict]) -> str:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from llama_cpp import Llama
 
-    from agents.llm.weights import model_file
+    from agents.llm.embedded.weights import model_file
 
     llm = Llama(model_path=str(model_file("qwen2.5-coder-0.5b")), vocab_only=True, verbose=False)
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -305,10 +305,10 @@ def _qwen_template(messages: list[dict], tools: list[dict]) -> str:
 
 
 def test_text_rendering_equals_qwens_own_template():
+    from agents.config.registry import AGENTS
     from agents.graphs.tool_search import tool_schemas
-    from agents.llm.chatml import render_chatml
-    from agents.llm.weights import LOCAL_MODELS
-    from agents.registry import AGENTS
+    from agents.llm.embedded.chatml import render_chatml
+    from agents.llm.embedded.weights import LOCAL_MODELS
     from prompts import PromptBook
 
     tools = tool_schemas(PromptBook(task="toy"), AGENTS["tool-search"].defaults)

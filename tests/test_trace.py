@@ -1,9 +1,9 @@
 import json
 from pathlib import Path
 
+from agents.commands.run import main
+from agents.commands.trace import main as trace_main
 from agents.llm import scripted
-from agents.run import main
-from agents.trace import main as trace_main
 
 
 def test_trace_prints_every_step_of_one_query(tmp_path: Path, toy_dir: Path, capsys):

@@ -18,15 +18,15 @@ from prompts import PromptBook
 from retrievers.base import Retriever, SearchRequest
 
 if TYPE_CHECKING:  # the client imports litellm: only a run that calls a model pays for it
-    from agents.generations import Generations
     from agents.llm import LLM
+    from agents.shared.generations import Generations
 
 
 @dataclass
 class AgentContext:
     """Everything a graph's nodes may use; one per task, shared by its queries.
 
-    ``options`` are the agent's settings, complete and checked (agents.config builds them
+    ``options`` are the agent's settings, complete and checked (agents.config.run_config builds them
     from the registry's defaults), so a graph reads them and never defaults them again.
     Graphs take their prompts from ``prompts``, which records each one it hands out.
     """

@@ -8,7 +8,7 @@ prompt also shows the BM25 top-10, each cut to 512 words. ``reason`` is BRIGHT's
 rewrite (reason.py L157-164): the query with its newlines collapsed, BRIGHT's system message,
 and the whole text (a reasoning model's response) replaces the query.
 
-With a generation source (``ctx.generations``, `agents.generations`) ``generate`` reads each
+With a generation source (``ctx.generations``, `agents.shared.generations`) ``generate`` reads each
 query's text instead of calling a model, and no prompt is loaded; the same rules apply to it. A
 query the source has no text for is searched with the raw query, and its trace says so. LameR
 then skips its first pass: the BM25 top-10 only feeds the prompt, which is not sent, and a

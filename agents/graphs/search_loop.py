@@ -8,7 +8,7 @@ one of two LLM modes:
 * ``continue``: [user(prompt), assistant(every segment joined)]. The model continues its own
   unfinished turn, with the results spliced into its text, as Search-o1 and Search-R1 run
   with vLLM. Needs a backend that continues a trailing assistant message: ``local/`` models
-  do (agents/llm/chatml.py renders ChatML without closing the last turn), and so do servers
+  do (agents/llm/embedded/chatml.py renders ChatML without closing the last turn), and so do servers
   driven as agents/llm/serving.py describes.
 * ``chat``: each model output is an assistant message and what follows it a user message,
   for chat APIs that always start a new assistant turn.

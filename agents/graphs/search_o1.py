@@ -82,7 +82,7 @@ from agents.graphs.search_loop import (
     transcript,
 )
 from agents.llm.dry import Reply, WorstCase
-from agents.llm.embedded import is_local
+from agents.llm.embedded.names import is_local
 from agents.llm.steps import llm_call
 from agents.llm.text import answer_text, whole_reply
 from retrievers.base import SearchRequest
@@ -180,7 +180,8 @@ class Turn:
 
 def names_stop_strings(llm: Any) -> bool:
     """Whether the backend reports the stop string that ended a text (``stop_reason``): the
-    embedded models (agents/llm/local.py) and vLLM do, and so does a dry run's worst case."""
+    embedded models (agents/llm/embedded/provider.py) and vLLM do, and so does a dry run's worst
+    case."""
     return llm.dry is not None or is_local(llm.model) or llm.server == "vllm"
 
 

@@ -88,7 +88,7 @@ from agents.graphs.search_loop import (
     resolve_llm_mode,
 )
 from agents.llm.dry import Reply, WorstCase
-from agents.llm.embedded import is_local
+from agents.llm.embedded.names import is_local
 from agents.llm.steps import llm_call, llm_complete_call
 from agents.llm.text import whole_reply
 from agents.llm.tokens import Counter, model_counter
@@ -262,7 +262,7 @@ def model_window(llm: Any) -> Window | None:
     model's ChatML and tokenizer, a llama.cpp server's template (litellm's tokens); None for
     backends whose template is on the server or that take no raw text."""
     if is_local(llm.model):
-        from agents.llm.chatml import render_chatml
+        from agents.llm.embedded.chatml import render_chatml
 
         counter = model_counter(llm)
         system = counter.default_system

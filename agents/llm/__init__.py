@@ -9,21 +9,16 @@ code that only names them, or catches `LLMAuthError`, does not pay for importing
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from eval.plumbing.lazy import lazy_face
 
-_HOMES = {
-    "LLM": "agents.llm.client",
-    "Completion": "agents.llm.responses",
-    "check_credentials": "agents.llm.keys",
-    "check_model": "agents.llm.keys",
-    "Usage": "eval.usage",
-    "LLMAuthError": "agents.llm.errors",
-}
-__all__ = list(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'agents.llm' has no attribute {name!r}")
+# module -> the public names defined there, each under its own name
+__all__, __getattr__, __dir__ = lazy_face(
+    globals(),
+    {
+        "agents.llm.client": ("LLM",),
+        "agents.llm.responses": ("Completion",),
+        "agents.llm.keys": ("check_credentials", "check_model"),
+        "eval.usage": ("Usage",),
+        "agents.llm.errors": ("LLMAuthError",),
+    },
+)

@@ -8,7 +8,7 @@ pickles so the cache stays readable by any tool and never executes code when loa
 The cache lives in SQLite (diskcache), which is process-safe: several runs may share one
 folder. Nothing is held in memory besides the connection. On a Ray cluster every worker reads
 and writes the driver's cache, through an actor that owns it (`use_opener`,
-agents/cluster/cache.py): the same keys and entries.
+agents/execution/cluster/cache.py): the same keys and entries.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import diskcache
 
-from eval.files import diskcache_folder
+from eval.plumbing.files import diskcache_folder
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class LLMCache:
 
 
 # What `open_cache` opens: a process's own diskcache folder, or (a cluster's worker) the
-# driver's cache through an actor (agents.cluster.cache)
+# driver's cache through an actor (agents.execution.cluster.cache)
 _opener: Callable[[Path], Any] | None = None
 
 

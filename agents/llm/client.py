@@ -2,7 +2,7 @@
 
 `LLM(model=...)` accepts any litellm model string ("openai/gpt-4o-mini", "ollama/llama3",
 "hosted_vllm/..." with `api_base`) plus "local/<name>" for the in-process provider of
-`agents.llm.local`. API keys come from the environment as litellm expects
+`agents.llm.embedded.provider`. API keys come from the environment as litellm expects
 (OPENAI_API_KEY, ...); they are never part of a cache key, a cache value or a log line.
 A server given by `api_base` may need no key at all (vLLM, llama.cpp): when the provider's key
 variable is unset, a placeholder key is sent so that the OpenAI SDK does not refuse to call.
@@ -16,7 +16,7 @@ A refused connection (or a host name that does not resolve) before this client's
 ever answered is not retried: nothing listens there, so the first attempt raises
 `LLMUnavailable` saying "no server answers at <url> (connection refused)" within a second. Once
 the server has answered, a refused connection is a server restarting or dropped, and is retried
-with the other transient errors (eval.retry's policy, `retry_refused`).
+with the other transient errors (eval.plumbing.retry's policy, `retry_refused`).
 A reply the client cannot use (no choices; an answer emptied by the length limit, which is
 what vLLM's reasoning parser returns when thinking fills the budget) raises `LLMReplyError`:
 that query fails with the reason and its fix, and nothing is cached for it.
@@ -27,7 +27,7 @@ latency. Cost is None whenever litellm's cost map cannot price the model (local 
 self-hosted servers, unknown names), and a None makes every total it is added to None.
 
 The key checks are `agents.llm.keys`'s, a response's decoding (and `Completion`) is
-`agents.llm.responses`'s, and litellm's process-wide settings are `eval.litellm_setup`'s.
+`agents.llm.responses`'s, and litellm's process-wide settings are `eval.plumbing.litellm_setup`'s.
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ from aiolimiter import AsyncLimiter
 from tenacity import RetryCallState
 
 from agents.llm.cache import CACHE_MODES, LLMCache, cache_key, open_cache
-from agents.llm.embedded import is_local, local_name
+from agents.llm.embedded.names import is_local, local_name
+from agents.llm.embedded.prefix_cache import evaluation_settings
 from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
 from agents.llm.keys import auth_error_message, is_auth_error
-from agents.llm.prefix_cache import evaluation_settings
 from agents.llm.responses import (
     Completion,
     check_reply,
@@ -67,11 +67,17 @@ from agents.llm.serving import (
     server_template,
 )
 from agents.llm.tool_text import parse_tool_calls, tool_names
-from agents.secrets import NO_KEY_PLACEHOLDER, public_url
-from eval.api_keys import is_custom_provider, missing_key_variables, provider_of
-from eval.litellm_setup import litellm
-from eval.retry import DEFAULT_TIMEOUT_S, LLM_BACKOFF, no_server_reason, retry_refused, retrying
-from eval.retry import retry_after_seconds as retry_after_seconds  # the client's name too
+from eval.plumbing.litellm_setup import litellm
+from eval.plumbing.retry import (
+    DEFAULT_TIMEOUT_S,
+    LLM_BACKOFF,
+    no_server_reason,
+    retry_refused,
+    retrying,
+)
+from eval.plumbing.retry import retry_after_seconds as retry_after_seconds  # the client's name too
+from eval.plumbing.secrets.api_keys import is_custom_provider, missing_key_variables, provider_of
+from eval.plumbing.secrets.redaction import NO_KEY_PLACEHOLDER, public_url
 from eval.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -127,10 +133,10 @@ class LLM:
     # a dry run's worst-case model (agents.llm.dry.DryModel): every call is answered and
     # counted there, and nothing is sent, cached or asked of a server
     dry: Any = field(default=None, compare=False)
-    # local/ models: the llama.cpp instances that serve it (agents.llm.pool.PoolPlan; None:
+    # local/ models: the llama.cpp instances that serve it (agents.llm.embedded.pool.PoolPlan; None:
     # one instance)
     local_pool: Any = field(default=None, compare=False)
-    # local/ models: restore prompt prefixes already evaluated (agents.llm.prefix_cache)
+    # local/ models: restore prompt prefixes already evaluated (agents.llm.embedded.prefix_cache)
     local_prefix_reuse: bool = field(default=True, compare=False)
     _cache: LLMCache | None = field(default=None, init=False, repr=False, compare=False)
     _template: ChatTemplate | None = field(default=None, init=False, repr=False, compare=False)
@@ -258,7 +264,7 @@ class LLM:
 
         if is_local(self.model) and not self._local_ready:
             # Imported here so that API-only setups never load the local model stack.
-            from agents.llm.local import register_local_provider
+            from agents.llm.embedded.provider import register_local_provider
 
             pool = {} if self.local_pool is None else {"pool": self.local_pool}
             register_local_provider(self.cache_dir, prefix_reuse=self.local_prefix_reuse, **pool)
@@ -286,7 +292,7 @@ class LLM:
         if self.dry is not None:  # counts without joining a model file
             return self.dry.truncate(self.model, text, limit)
         if is_local(self.model):
-            from agents.llm.pool import tokenizer
+            from agents.llm.embedded.pool import tokenizer
 
             tok = tokenizer(local_name(self.model), self.cache_dir)
             ids = tok.tokenize(text)

@@ -4,8 +4,9 @@ errors (`is_auth_error`) and said in one line without the provider's text
 (`auth_error_message`).
 
 Which variables are credentials, and which of them litellm says a model lacks, is the one rule
-of eval/credentials.py and eval/api_keys.py; this module only asks it. API keys come from the
-environment as litellm expects (OPENAI_API_KEY, ...) and are never part of a message here.
+of eval/plumbing/secrets/credentials.py and eval/plumbing/secrets/api_keys.py; this module only asks
+it. API keys come from the environment as litellm expects (OPENAI_API_KEY, ...) and are never part
+of a message here.
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
-from agents.secrets import is_credential_name
-from eval.api_keys import (
+from agents.llm.embedded.names import LOCAL_PREFIX, is_local, local_name
+from eval.plumbing.secrets.api_keys import (
     AMBIENT_CREDENTIALS,
     is_custom_provider,
     missing_key_variables,
     provider_of,
 )
-from eval.provider_keys import missing_key_line
+from eval.plumbing.secrets.provider_keys import missing_key_line
+from eval.plumbing.secrets.redaction import is_credential_name
 
 
 def _litellm() -> Any:
     # on first use: importing litellm takes seconds, and a local model's checks need none of it
-    from eval.litellm_setup import litellm
+    from eval.plumbing.litellm_setup import litellm
 
     return litellm
 
@@ -96,7 +97,7 @@ def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -
 def check_model(model: str) -> None:
     """Raise ValueError for a model string no provider would take, before any query runs."""
     if is_local(model):
-        from agents.llm.weights import LOCAL_MODELS
+        from agents.llm.embedded.weights import LOCAL_MODELS
 
         if local_name(model) not in LOCAL_MODELS:
             raise ValueError(

@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm.embedded import is_local
+from agents.llm.embedded.names import is_local
 from agents.llm.errors import LLMReplyError
 from agents.llm.tool_text import ToolCall
-from eval.litellm_setup import litellm
+from eval.plumbing.litellm_setup import litellm
 from eval.usage import Usage
 
 

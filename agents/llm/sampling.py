@@ -20,7 +20,8 @@ An explicit setting (``--temperature``, ``--top-p``, ``--top-k-sampling``, ``--s
 family does not take is not sent, and `Sampling.not_sent` says why; the run records both. A
 rule may take a value from the stage's options (`Rule.from_options`: the reasoning stages'
 budget is their option ``max_tokens``, the original's by default), which an explicit setting
-passed here still beats (`agents.plan.record_sampling` passes a stage's own budget as one).
+passed here still beats (`agents.execution.plan.record_sampling` passes a stage's own budget as
+one).
 
 What an original does beyond sampling is an agent option (recorded with the run's options, and
 given by ``--option`` like any other): `OPTION_RULES` lists the values a preset gives them, per
@@ -34,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm.embedded import LOCAL_PREFIX
+from agents.llm.embedded.names import LOCAL_PREFIX
 
 PRESETS = ("default", "paper")
 FAMILIES = ("api", "open", "reasoning-api")
@@ -359,7 +360,7 @@ def model_family(model: str, server: str) -> str:
 
 def _litellm_reasoning(model: str) -> bool:
     try:
-        from eval.litellm_setup import litellm
+        from eval.plumbing.litellm_setup import litellm
 
         return bool(litellm.supports_reasoning(model))
     except Exception:  # a model litellm's map does not know
@@ -436,7 +437,7 @@ def _sendable(params: dict[str, Any], sources: dict[str, str], family: str, mode
 
 def _supported(model: str) -> list[str] | None:
     try:
-        from eval.litellm_setup import litellm
+        from eval.plumbing.litellm_setup import litellm
 
         _, provider, _, _ = litellm.get_llm_provider(model)
         return litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
@@ -496,8 +497,8 @@ OPTION_RULES: tuple[OptionRule, ...] = (
     OptionRule("paper", ("search-r1",), {"context_tokens": 4096}, _R1_CONTEXT),
     OptionRule("paper", ("search-r1",), {"question_mark": True}, _R1_QUESTION),
     OptionRule("paper", ("search-o1", "search-r1"), {"query_fallback": False}, _R2MED_NO_FALLBACK),
-    # a rerank stage's too (agents.config.RunConfig), ``model`` the stage's own; a condition
-    # only a stage knows is its spec's ``preset_options`` (agents.specs.StageSpec)
+    # a rerank stage's too (agents.config.run_config.RunConfig), ``model`` the stage's own; a
+    # condition only a stage knows is its spec's ``preset_options`` (agents.shared.specs.StageSpec)
 )
 
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.llm.local import choice_logprobs
-from eval.litellm_setup import litellm
+from agents.llm.embedded.provider import choice_logprobs
+from eval.plumbing.litellm_setup import litellm
 
 litellm_types = litellm.types.utils  # its response types, taken after the setup
 

@@ -25,8 +25,8 @@ it) and written in as text otherwise; the calls are read back from the completio
 (agents/llm/tool_text.py).
 
 Every prompt on the completions path is evaluated from its first token, as the embedded
-provider's outputs are (agents/llm/generation.py: fresh chunks, or restored whole chunks that are
-bitwise the same), so that an answer does not depend on which request the server ran before
+provider's outputs are (agents/llm/embedded/generation.py: fresh chunks, or restored whole chunks
+that are bitwise the same), so that an answer does not depend on which request the server ran before
 it (``FreshPrompts``). The same floats as in-process also need the server to evaluate in the
 same chunks (docs/serving.md: ``--n_batch 128 --n_ubatch 128``).
 """
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.llm.embedded import is_local
+from agents.llm.embedded.names import is_local
 
 SERVERS = ("auto", "openai", "vllm", "sglang", "llamacpp")
 ROUTINGS = ("simple-shuffle", "least-busy")  # litellm Router strategies over replicas
@@ -89,7 +89,7 @@ class ChatTemplate:
             else:
                 messages = tool_text.mapping_arguments(messages)
         if self.text is None:
-            from agents.llm.chatml import render_chatml
+            from agents.llm.embedded.chatml import render_chatml
 
             return render_chatml(messages)
         if self.folder is not None:
@@ -226,7 +226,7 @@ def unreachable(url: str) -> str | None:
 def require_servers(api_base: str | None, flag: str) -> None:
     """Every server ``api_base`` names (one URL or replicas) accepts a connection; ValueError
     in one line naming the flag and the first one that does not."""
-    from agents.secrets import public_url
+    from eval.plumbing.secrets.redaction import public_url
 
     for url in replicas(api_base):
         why = unreachable(url)
@@ -240,7 +240,7 @@ def server_template(api_base: str | None) -> ChatTemplate:
     ``chat_template``); ValueError (one line) when it reports none."""
     import httpx
 
-    from agents.secrets import public_url
+    from eval.plumbing.secrets.redaction import public_url
 
     urls = replicas(api_base)
     require_servers(api_base, "--api-base")  # no server: said so, not "no chat template"
@@ -264,7 +264,7 @@ def server_template(api_base: str | None) -> ChatTemplate:
 def load_template(spec: str | None) -> ChatTemplate:
     """``chatml``/None, a Jinja file, or a tokenizer folder; a bad one is refused in one line."""
     if spec in (None, "", CHATML):
-        from agents.llm.chatml import TEMPLATE_SHA256
+        from agents.llm.embedded.chatml import TEMPLATE_SHA256
 
         return ChatTemplate(CHATML, TEMPLATE_SHA256, None)
     path = Path(spec).expanduser()
@@ -394,7 +394,7 @@ def token_ids_answer(body: bytes, url: str) -> list[int]:
     import json
 
     from agents.llm.errors import LLMReplyError
-    from agents.secrets import public_url
+    from eval.plumbing.secrets.redaction import public_url
 
     def wrong(why: str) -> LLMReplyError:
         return LLMReplyError(f"the server's tokenize answer ({public_url(url)}) is unusable: {why}")

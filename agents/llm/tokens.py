@@ -16,7 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from agents.llm.embedded import is_local, local_name
+from agents.llm.embedded.names import is_local, local_name
 
 Messages = list[dict[str, Any]]
 
@@ -71,7 +71,7 @@ class LiteLLMCounter(Counter):
 
     def __init__(self, model: str) -> None:
         super().__init__()
-        from eval.litellm_setup import litellm
+        from eval.plumbing.litellm_setup import litellm
 
         self.model = model
         self._litellm = litellm
@@ -132,8 +132,8 @@ class LocalCounter(Counter):
 
     def __init__(self, model: str, path: Path) -> None:
         super().__init__()
-        from agents.llm.pool import vocabulary
-        from agents.llm.weights import LOCAL_MODELS
+        from agents.llm.embedded.pool import vocabulary
+        from agents.llm.embedded.weights import LOCAL_MODELS
 
         self.short = local_name(model)
         self.default_system = LOCAL_MODELS[self.short].default_system
@@ -143,7 +143,7 @@ class LocalCounter(Counter):
         self.described = f"{self.short}'s own tokenizer on the ChatML prompt (exact)"
 
     def _count(self, messages: Messages) -> int:
-        from agents.llm.chatml import render_chatml
+        from agents.llm.embedded.chatml import render_chatml
 
         # every turn starts with the special token <|im_start|>, where tokenization restarts:
         # the turns can be counted apart (and each only once across queries)
@@ -176,7 +176,7 @@ def counter(model: str, cache_dir: Path) -> Counter:
     """The most exact counter available for ``model`` without writing a file."""
     if not is_local(model):
         return LiteLLMCounter(model)
-    from agents.llm.weights import LOCAL_MODELS, readable_model_file
+    from agents.llm.embedded.weights import LOCAL_MODELS, readable_model_file
 
     info = LOCAL_MODELS.get(local_name(model))
     why = "its file is not joined yet (the first run joins it)"
@@ -216,7 +216,7 @@ def _default_cache() -> Path:
 
 def api_context(model: str) -> int | None:
     """The model's input limit in litellm's local map, when it has one."""
-    from eval.litellm_setup import litellm
+    from eval.plumbing.litellm_setup import litellm
 
     try:
         limit = litellm.get_model_info(model).get("max_input_tokens")
@@ -230,7 +230,7 @@ def price(model: str, prompt_tokens: int, completion_tokens: int) -> float | Non
     (the client's rule: a local model's name could match a priced one)."""
     if is_local(model):
         return None
-    from eval.litellm_setup import litellm
+    from eval.plumbing.litellm_setup import litellm
 
     try:
         prompt_cost, completion_cost = litellm.cost_per_token(

@@ -22,7 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from agents.llm.chatml import content_text
+from agents.llm.embedded.chatml import content_text
 
 CALL, END_CALL = "<tool_call>", "</tool_call>"
 RESPONSE, END_RESPONSE = "<tool_response>", "</tool_response>"

@@ -1,7 +1,7 @@
 """Rerank stages: each takes the previous stage's ranked list per query and returns a new one.
 
-A stage kind is one module here plus one entry in `agents.registry.STAGES`; its builder gets a
-`StageContext` and returns an object with ``async rerank(query_id, query, ranking) -> dict``,
+A stage kind is one module here plus one entry in `agents.config.registry.STAGES`; its builder gets
+a `StageContext` and returns an object with ``async rerank(query_id, query, ranking) -> dict``,
 the dict holding the new ``ranking`` (doc id -> score, decreasing) and the ``steps`` of its
 trace, as an agent graph's final state does. The pipeline runs a stage over the saved
 records of the stage before it and saves its own, so a stage never recomputes earlier work.
@@ -21,7 +21,7 @@ from prompts import PromptBook
 class StageContext:
     corpus: Mapping[str, str]  # doc id -> text
     task: str
-    options: Mapping[str, Any]  # complete and checked (agents.config.typed_options)
+    options: Mapping[str, Any]  # complete and checked (agents.config.run_config.typed_options)
     llm: Any = None  # agents.llm.LLM for the stages that call a model
     depth: int = 100
     prompts: PromptBook = field(default_factory=PromptBook)
@@ -29,12 +29,12 @@ class StageContext:
     # node -> the parameters its LLM calls are sent (agents.llm.sampling)
     sampling: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # query id -> the length of its input list, for every query the stage runs over, in the
-    # task's order (`agents.plan.Plan.stage_context`): for a stage whose draws run over the
-    # whole task in order (GroupRank's shuffle stream); empty when built for one query
+    # task's order (`agents.execution.plan.Plan.stage_context`): for a stage whose draws run over
+    # the whole task in order (GroupRank's shuffle stream); empty when built for one query
     list_lengths: Mapping[str, int] = field(default_factory=dict)
     # (kind, options given) -> (its options typed, the stage built in this context): for a
-    # stage made of other stages (point-list); the run fills it (`agents.plan`), which knows
-    # every kind
+    # stage made of other stages (point-list); the run fills it (`agents.execution.plan`), which
+    # knows every kind
     build_stage: Callable[[str, Mapping[str, Any]], tuple[dict[str, Any], Any]] | None = None
 
 

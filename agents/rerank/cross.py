@@ -60,7 +60,7 @@ from agents.rerank.r2med_rerankers import (
     resolve,
     rule_by_name,
 )
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from retrievers.config import DEVICE_FORMS, is_device
 from retrievers.model_source import loading
 
@@ -149,7 +149,7 @@ class ScoreCache:
     def __init__(self, directory: Path) -> None:
         import diskcache
 
-        from eval.files import diskcache_folder
+        from eval.plumbing.files import diskcache_folder
 
         try:
             self._store = diskcache.Cache(diskcache_folder(directory))  # umask modes

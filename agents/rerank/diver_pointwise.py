@@ -57,12 +57,13 @@ from agents.llm.steps import llm_complete_call
 from agents.llm.text import whole_reply
 from agents.rerank import StageContext
 from agents.rerank.reasonrank import load_tokenizer
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 FAMILY = "diver-pointwise"
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "depth": 100,  # --input_k
     "k": 100,  # --k: the judged documents kept

@@ -79,13 +79,14 @@ from agents.llm.errors import LLMReplyError
 from agents.llm.steps import llm_call
 from agents.llm.text import whole_reply
 from agents.rerank import StageContext
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 FAMILY = "grouprank"
 PARTS = ("system", "passage")  # besides default.txt, the user prompt
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "depth": 100,  # --input_k (reranker_script.sh: 100)
     "k": 100,  # --k, the top kept (reranker_script.sh: 100)

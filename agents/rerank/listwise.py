@@ -17,16 +17,16 @@ from typing import Any
 from agents.llm.errors import LLMReplyError, is_context_overflow
 from agents.llm.steps import llm_call
 
-# Light imports only: agents.registry pulls in this module, and agents.llm.steps needs no LLM
+# Light imports only: agents.config.registry pulls in this module, and agents.llm.steps needs no LLM
 # library until a call is made.
 from agents.llm.text import answer_text, whole_reply
 from agents.rerank import StageContext, ranked
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 # doc_words counts whitespace-separated words, which is what RankGPT's "max_length = 300"
 # actually cuts (`" ".join(content.split()[:300])`); it is not a tokenizer count.
-# model "" is the run's --model (and its --api-base); agents.config fills in the name
+# model "" is the run's --model (and its --api-base); agents.config.run_config fills in the name
 DEFAULTS: dict[str, Any] = {
     "model": "",
     "api_base": "",

@@ -40,10 +40,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agents.rerank import StageContext
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "pointwise": "diver-pointwise",
     "listwise": "llm-listwise",
@@ -77,7 +78,7 @@ def role_options(role: str, options: Mapping[str, Any]) -> tuple[str, dict[str, 
 
 def stage_of(node: str, options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The stage whose calls are made under ``node``, and the options it is given: what its
-    calls' sampling is looked up by (`agents.specs.StageSpec.sampled_as`)."""
+    calls' sampling is looked up by (`agents.shared.specs.StageSpec.sampled_as`)."""
     role = next(r for r, n in ROLES.items() if n == node)
     return role_options(role, {**DEFAULTS, **options})
 

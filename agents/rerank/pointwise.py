@@ -27,13 +27,14 @@ from agents.llm.steps import llm_call
 from agents.llm.text import THINK_END, answer_text, whole_reply
 from agents.rerank import StageContext, by_score, ranked
 from agents.rerank.listwise import cut_words
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 FAMILY = "rerank-pointwise"
 JUDGES = ("auto", "logprobs", "grade")
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "depth": 100,
     "doc_words": 300,

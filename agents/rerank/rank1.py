@@ -59,7 +59,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.embedded import LOCAL_PREFIX, is_local, local_name
+from agents.llm.embedded.names import LOCAL_PREFIX, is_local, local_name
 from agents.llm.errors import LLMReplyError
 from agents.llm.sampling import RANK1_MAX_OUTPUT
 from agents.llm.steps import llm_complete_call
@@ -67,14 +67,15 @@ from agents.llm.text import whole_reply
 from agents.rerank import StageContext, ranked
 from agents.rerank.cross import reorder
 from agents.rerank.reasonrank import load_tokenizer
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 FAMILY = "rank1"
 QUERY_FAMILY = "rank1-query"  # prompts.py PROMPT_DICT: the dataset's instruction
 FORCES = ("auto", "allowed_token_ids", "logit_bias", "none")
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "depth": 100,
     "force": "auto",
@@ -214,7 +215,7 @@ class Rank1Reranker:
             tok = self.hub_tokenizer
             return [tok(w, add_special_tokens=False).input_ids[0] for w in (TRUE, FALSE)]
         if is_local(llm.model):
-            from agents.llm.pool import tokenizer
+            from agents.llm.embedded.pool import tokenizer
 
             tok = tokenizer(local_name(llm.model), llm.cache_dir)
             return [tok.tokenize(w)[0] for w in (TRUE, FALSE)]

@@ -59,19 +59,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.embedded import LOCAL_PREFIX
+from agents.llm.embedded.names import LOCAL_PREFIX
 from agents.llm.errors import LLMReplyError
 from agents.llm.sampling import OPEN_SERVERS, REASONRANK_MAXLEN
 from agents.llm.steps import llm_call
 from agents.llm.text import whole_reply
 from agents.rerank import StageContext, ranked
-from agents.specs import StageSpec
+from agents.shared.specs import StageSpec
 from eval.usage import Usage
 
 FAMILY = "reasonrank"
 PARTS = ("system", "passage", "rank")  # besides default.txt, the user turn's opening
 DEFAULTS: dict[str, Any] = {
-    "model": "",  # the run's --model (and its --api-base); agents.config fills in the name
+    # the run's --model (and its --api-base); agents.config.run_config fills in the name
+    "model": "",
     "api_base": "",
     "depth": 100,  # --retrieval_num
     "window": 20,  # --window_size

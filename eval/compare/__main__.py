@@ -1,7 +1,7 @@
 """The command line: `python -m eval.compare runs/a runs/b ... [--baseline runs/a]`.
 
 Every refusal (a run folder that cannot be compared, a bad --out, --metric or --reference)
-is one ``error:`` line and exit status 2, through `eval.cli.command`.
+is one ``error:`` line and exit status 2, through `eval.plumbing.cli.command`.
 """
 
 from __future__ import annotations
@@ -11,22 +11,22 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from eval.argtypes import non_negative_int
-from eval.cli import command
 from eval.compare.comparison import DEFAULT_METRIC, TOP_MOVERS, compare_runs
 from eval.compare.markdown import comparison_markdown
 from eval.compare.output import write_comparison
 from eval.compare.published import resolve_references
-from eval.files import writable_folder
 from eval.metrics import metric_name
+from eval.plumbing.argtypes import non_negative_int
+from eval.plumbing.cli import command
+from eval.plumbing.files import writable_folder
 from eval.significance import TESTS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m eval.compare",
-        description="Compare run folders of agents.run: leaderboard, per-query deltas with "
-        "paired significance, cost, plots.",
+        description="Compare run folders of agents.commands.run: leaderboard, per-query deltas "
+        "with paired significance, cost, plots.",
     )
     p.add_argument("runs", nargs="+", type=Path, help="run folders (agents.run --runs-dir/...)")
     p.add_argument("--baseline", type=Path, default=None, help="default: the first run")

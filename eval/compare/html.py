@@ -25,7 +25,7 @@ from typing import Any
 
 from eval.compare.markdown import TEST_NAMES
 from eval.compare.model import Comparison, RunData, reference_run
-from eval.files import write_text
+from eval.plumbing.files import write_text
 from eval.runs import QrelsError, TaskFolder
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.compare.model import CompareError, RunData, TaskFiles
-from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate, task_mean
+from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, evaluate_run, task_mean
 from eval.metrics import parse_metric
 from eval.runs import NotARunFolder, QrelsError, RunFolder, RunQrels, StageFolder
 from eval.trec import read_run
@@ -112,7 +112,7 @@ def task_scores(run: RunData, task: str, metric: str, qrels: RunQrels) -> dict[s
     _, k = parse_metric(metric)
     ranked = read_run(files.run_trec)
     missing, ties = eval_settings(run)
-    evaluation = evaluate(judged, ranked, k_values=[k or 10], missing=missing, ties=ties)
+    evaluation = evaluate_run(judged, ranked, k_values=[k or 10], missing=missing, ties=ties)
     return {q: v[metric] for q, v in evaluation.per_query.items()}
 
 

@@ -7,7 +7,7 @@ imported here only, when a command is given ``--ray``. What can go wrong is said
 flag: Ray missing, nothing listening at the address (a TCP probe first: Ray itself would keep
 retrying for a minute), a cluster of another Ray or Python version (Ray's own check, its
 message joined onto one line). An address is shown with any credentials in it masked
-(`eval.credentials`).
+(`eval.plumbing.secrets.credentials`).
 
 Ray replaces a driver's ``127.0.0.1`` by the machine's routable address; a cluster on another
 loopback address (127.0.0.2, as the tests start one) keeps its own when the driver names it
@@ -22,7 +22,7 @@ import os
 import socket
 from typing import Any
 
-from eval.credentials import mask_urls, public_url
+from eval.plumbing.secrets.credentials import mask_urls, public_url
 
 RAY_INSTALL = "pip install -e '.[ray]'"
 PROBE_TIMEOUT_S = 5.0

@@ -147,7 +147,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _seconds(text: str) -> float:
-    from eval.argtypes import CheckError
+    from eval.plumbing.argtypes import CheckError
 
     try:
         value = float(text)
@@ -159,13 +159,13 @@ def _seconds(text: str) -> float:
 
 
 def _positive(text: str) -> int:
-    from eval.argtypes import positive_int
+    from eval.plumbing.argtypes import positive_int
 
     return positive_int(text)
 
 
 def _port(text: str) -> int:
-    from eval.argtypes import CheckError, non_negative_int
+    from eval.plumbing.argtypes import CheckError, non_negative_int
 
     port = non_negative_int(text)
     if port > 65535:
@@ -176,7 +176,7 @@ def _port(text: str) -> int:
 def build(args: argparse.Namespace) -> dict[str, Any]:
     """The indexes the flags describe, built (or read from the cache) as agents.run does."""
     from eval.datasets import default_cache_dir, load_tasks
-    from eval.files import writable_folder
+    from eval.plumbing.files import writable_folder
     from retrievers.api_embed import embedding_transport
     from retrievers.flags import TASK_DEFAULTS, retriever_from_settings, retriever_settings
     from retrievers.search import check_models
@@ -289,7 +289,7 @@ def _not_a_graceful_timeout(record: logging.LogRecord) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.cli import command
+    from eval.plumbing.cli import command
 
     args = parse_args(argv)
 

@@ -1,0 +1,1 @@
+"""The command lines: every ``python -m agents.*`` entry point and the one error ladder."""
