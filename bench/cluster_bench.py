@@ -3,8 +3,8 @@
     python bench/cluster_bench.py [--limit 5] [--max-tokens 64] [--model local/...]
                                   [--agents A,B,...] [--docs 2048] [--smoke]
 
-Starts a Ray cluster of two one-CPU nodes on 127.0.0.2 (`ray start`, as tests/test_cluster.py
-does; its start-up time printed apart), then
+Starts a Ray cluster of two one-CPU nodes on 127.0.0.2 (`ray start`, as
+tests/agents/execution/test_cluster.py does; its start-up time printed apart), then
 1. runs the same sweep of 4 LLM-bound cells (hyde, query2doc, lamer, search-r1 over BM25 on
    the bundled demo, the embedded model; ``--agents`` for others) twice, each on a fresh LLM
    cache: in one process (`agents.sweep`, cells one after another) and on the cluster
@@ -199,8 +199,8 @@ def start_cluster(
 ) -> str:
     """HOST:PORT of a cluster of ``nodes`` one-CPU nodes on HOST, node i pinned to
     ``cores[i]`` when given; Ray's session files in ``temp``, which must be short: its sockets'
-    paths must fit a Unix socket address (107 bytes). tests/test_cluster.py starts its clusters
-    with this too."""
+    paths must fit a Unix socket address (107 bytes). tests/agents/execution/test_cluster.py
+    starts its clusters with this too."""
 
     def on(node: int) -> list[str]:
         return ["taskset", "-c", str(cores[node])] if cores else []

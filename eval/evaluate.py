@@ -12,7 +12,7 @@ on the UTF-8 bytes, which is Python's ``str`` order). ``ties="trec"``, the defau
 that order: every metric equals pytrec_eval's on the raw scores, and MRR@k cuts the run at k in
 that same order. ``ties="ascending"`` breaks ties by doc id ascending instead and makes the
 scores strictly decreasing in float32, so the result no longer depends on trec_eval's rule.
-Both are verified against pytrec_eval in tests/test_evaluate.py.
+Both are verified against pytrec_eval in tests/eval/test_evaluate.py.
 
 Present. A query is *present* in a run iff its ranking holds at least one document
 (``present_run``): the only thing a TREC run file can say about a query, so a metrics.json
@@ -313,7 +313,7 @@ def _grade(qid: str, doc_id: str, grade: int) -> int:
         where = f"query {quoted(qid)}, doc {quoted(doc_id)}"
         raise ValueError(f"{where}: grade {grade} is outside {GRADE_MIN} .. {GRADE_MAX}")
     # A query judged only by negative grades segfaults pytrec_eval; as 0 it scores 0, and
-    # every metric of every other query is unchanged (tests/test_evaluate.py).
+    # every metric of every other query is unchanged (tests/eval/test_evaluate.py).
     return max(int(grade), 0)
 
 

@@ -41,10 +41,10 @@ from eval.plumbing.retry import DEFAULT_TIMEOUT_S, EMBED_ATTEMPTS, EMBED_BACKOFF
 from eval.plumbing.secrets.api_keys import placeholder_key
 from eval.plumbing.secrets.credentials import public_url
 
-from .config import API_BATCH_SIZE, RetrieverConfig
 from .dense import DenseIndex, build_index
 from .encoders import Encoder
 from .families import Family, family_for, family_instructions
+from .settings import API_BATCH_SIZE
 
 # Params that change how a request travels, never the vectors that come back.
 TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_headers"})
@@ -296,9 +296,11 @@ def build_api_dense(
     )
 
 
-def embedding_transport(config: RetrieverConfig, timeout: float) -> dict[str, Any]:
+def embedding_transport(config: Any, timeout: float) -> dict[str, Any]:
     """What every embedding API call of ``config``'s retriever gets beside its parameters:
     ``timeout``, and the LLM client's rule for a server that needs no key (a placeholder key
-    when the provider's key variable is unset and ``api.api_base`` names a server)."""
+    when the provider's key variable is unset and ``api.api_base`` names a server).
+    ``config`` is a `retrievers.config.RetrieverConfig`, not imported here: it reads
+    `retrievers.kinds`, whose api builder imports this module."""
     models = [p.arg for p in config.parts if p.kind == "api"]
     return {"timeout": timeout, **placeholder_key(models, config.api.api_base, config.api.params)}

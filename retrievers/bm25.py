@@ -54,7 +54,7 @@ from eval.plumbing.fingerprint import corpus_fingerprint
 from eval.plumbing.progress import progress_bar
 
 from .analyzer import ANALYZER_ID, analyze, analyze_many
-from .config import BM25_DEFAULTS, BM25_METHODS
+from .settings import BM25_DEFAULTS, BM25_METHODS
 
 logger = logging.getLogger(__name__)
 

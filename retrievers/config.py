@@ -1,522 +1,70 @@
 """Every retriever setting in one typed, validated object: `RetrieverConfig`.
 
-Defaults and checks live here and only here. Each dataclass checks its fields in
-``__post_init__`` and raises ``ValueError`` naming the field (``dense.batch_size: must be a
-positive integer, got 0``): each value against the field's annotation, then its rule
-(`eval.plumbing.argtypes.check_fields`). A flag's text is read by the same rule (``"32"`` -> 32); a
-value given from Python, a sweep file or ``config.json`` must be of the field's type.
+A spec (``bm25``, ``dense:<model>``, ``bm25+dense``, ...; `retrievers.kinds.RETRIEVERS`) and a
+section of settings per kind that has them (`retrievers.settings`: ``bm25``, ``dense``, ``api``)
+and for fusion. Each part checks its fields in ``__post_init__`` and raises ``ValueError``
+naming the field (``retriever.dense.batch_size: must be a positive integer, got 0``).
 `RetrieverConfig.to_dict` gives plain JSON data and `RetrieverConfig.from_dict` takes it
 back, refusing unknown keys by name, so a configuration written to ``config.json`` loads as
 the same object.
 
-Each field's ``metadata["help"]`` is one line for a CLI to show; a field that is a flag also
-names it and says how the flag reads a value (``_flag``; `retrievers.flags` builds the flags
-from them, for ``agents.run`` and ``retrievers.serve`` alike). `RETRIEVERS` describes the
-forms a spec can take.
-
-This module is also where the settings' vocabulary lives (BM25 methods and their default
-parameters, dtypes, devices, instruction sets, fusion methods, the default sizes): the
-retriever modules import it from here. It imports nothing heavier than ``eval.plumbing.argtypes``
-and ``eval.plumbing.secrets.credentials``, so a CLI can list every choice and default without
+The kinds, their spec forms and their sections are `retrievers.kinds.RETRIEVER_KINDS`' rows;
+the sections' defaults, checks and vocabulary are in `retrievers.settings`. Like them, this
+module imports nothing heavier than ``eval.plumbing.argtypes`` and
+``eval.plumbing.secrets.credentials``, so a CLI can list every choice and default without
 loading numpy, scipy, torch or litellm.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from eval.plumbing.argtypes import (
-    boolean,
-    check_fields,
-    non_negative_float,
-    non_negative_int,
-    one_of,
-    optional,
-    positive_int,
-    server_urls,
-    unit_float,
+from eval.plumbing.argtypes import check_fields
+from eval.plumbing.secrets.credentials import mask_urls
+
+from .kinds import RETRIEVER_KINDS, SPEC_HELP, SpecPart, parse_spec
+from .settings import (
+    ApiEmbedConfig,
+    BM25Config,
+    DenseConfig,
+    FusionConfig,
+    field_error,
+    flag_metadata,
+    from_mapping,
+    help_metadata,
 )
-from eval.plumbing.secrets.credentials import is_credential_name, mask_urls, url_secret
 
-# --- the vocabulary ---------------------------------------------------------------------------
-
-BM25_DEFAULTS: dict[str, dict[str, float]] = {
-    "bm25q": {"k1": 0.9, "b": 0.4},
-    "lucene": {"k1": 0.9, "b": 0.4},
-    "okapi": {"k1": 1.5, "b": 0.75, "epsilon": 0.25},
-}
-BM25_METHODS: tuple[str, ...] = tuple(BM25_DEFAULTS)
-
-DEFAULT_DENSE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
-# bf16 by default: on the 2-core AMD EPYC dev box (avx512_bf16), with other jobs running,
-# bench/embed_bench.py measured bf16 1.3x (2 torch threads) to 2.8x (1 thread) the docs/s of
-# fp32 on 500 SciFact docs; doc embeddings agree to cosine >= 0.9999, top-10 lists overlap
-# 99.1% over the 300 SciFact queries, and full-SciFact nDCG@10 is 0.6445 (bf16) vs 0.6451
-# (fp32). CPUs without native bf16 may be slower in bf16: pass dtype="fp32" there.
-DEFAULT_DTYPE = "bf16"
-# auto: the dtype R2MED's code loads the family's weights in (retrievers/families.json), and
-# DEFAULT_DTYPE for sentence-transformers families
-DTYPES = ("auto", "fp32", "bf16", "fp16")
-DENSE_BATCH_SIZE = 32
-# "r2med": R2MED's instruction table (families.json); "none": no instruction text at all.
-INSTRUCTION_SETS = ("r2med", "none")
-DEVICE_FORMS = ("auto", "cpu", "cuda", "cuda:<N>", "mps")
-_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?|mps")
-
-API_BATCH_SIZE = 64
-
-FUSION_METHODS: dict[str, str] = {
-    "rrf": "reciprocal-rank fusion, sum of 1 / (k + rank); ranks only",
-    "combsum": "CombSUM: sum of min-max normalised scores",
-    "combmnz": "CombMNZ: CombSUM times the number of lists holding the document",
-    "diver-minmax": "DIVER's BM25 + dense merge: weighted min-max scores of two lists, top keep",
-}
-RRF_K = 60  # the paper's constant and ranx's default
-# DIVER's merge (AQ-MedAI/Diver Retriever/merge_scores.py at 2ecd1fc): wgt_dense 0.5 (L10, L95;
-# 0.7 for BRIGHT's coding and theorem tasks, L96-97), the merged list cut to its top 100 (L42)
-DIVER_WEIGHT = 0.5
-DIVER_KEEP = 100
-# How deep each member list goes: a fusion of k-deep lists would miss documents that one
-# member ranks just below k but another ranks high.
-MIN_DEPTH = 100
-
-
-@dataclass(frozen=True)
-class RetrieverKind:
-    """One kind of retriever a spec can name: adding a retriever is its module plus one of
-    these in `RETRIEVER_KINDS` (its builder is imported only when a run builds it)."""
-
-    arg: str  # "none" (bm25), "optional" (dense[:model]) or "required" (api:<model>)
-    builder: str  # "module:function" taking (part, config, task, cache_dir, progress, device)
-
-
-RETRIEVER_KINDS: dict[str, RetrieverKind] = {
-    "bm25": RetrieverKind("none", "retrievers.search:build_bm25_member"),
-    "dense": RetrieverKind("optional", "retrievers.search:build_dense_member"),
-    "api": RetrieverKind("required", "retrievers.search:build_api_member"),
-    "remote": RetrieverKind("required", "retrievers.search:build_remote_member"),
-}
-
-RETRIEVERS: dict[str, str] = {
-    "bm25": "BM25 over the corpus (bm25q by default, as R2MED scores it)",
-    "dense": f"sentence-transformers embedder, default {DEFAULT_DENSE_MODEL} (offline)",
-    "dense:<model>": "sentence-transformers embedder by hub name or local path",
-    "api:<model>": "litellm embedding model, e.g. api:text-embedding-3-large",
-    "remote:<url>": "a retrieval server (python -m retrievers.serve), e.g. remote:http://h:8000",
-    "<a>+<b>[+...]": "fusion of the listed retrievers (fusion.method), e.g. bm25+dense",
-}
-
-# Where a server's token goes instead of a remote:<url> (a URL is written and names the run)
-SERVE_TOKEN_VARIABLE = "R2MED_SERVE_TOKEN"
-# The longest query text a retrieval server takes (--max-query-chars; its MCP tools too)
-MAX_QUERY_CHARS = 50_000
-# Set by the retriever itself, or by their own field.
-_RESERVED_PARAMS = {
-    "model": "set by the spec (api:<model>)",
-    "input": "the texts, set by the retriever",
-    "api_base": "use api.api_base",
-    "base_url": "use api.api_base",
-}
-
-
-def is_device(device: object) -> bool:
-    """Whether ``device`` is one of `DEVICE_FORMS` (``cuda:<N>`` with any N)."""
-    return isinstance(device, str) and _DEVICE.fullmatch(device) is not None
-
-
-# --- checks ------------------------------------------------------------------------------
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
-def _flag(key: str, text: str, **how: Any) -> dict[str, Any]:
-    """A field's metadata when it is a flag too: ``--<key>`` (`retrievers.flags`), its help,
-    and how the flag reads a value (`eval.plumbing.flags.Setting`'s type, choices, metavar, switch,
-    many); a flag without a type is checked when the config is built."""
-    return {"help": text, "flag": key, "flag_how": how}
-
-
-def _fail(where: str, problem: str) -> ValueError:
-    return ValueError(f"{where}: {problem}")
-
-
-def _from_mapping(cls: type, data: object, where: str, **nested: Any) -> Any:
-    """``cls(**data)``, with unknown keys refused and every message rooted at ``where``."""
-    if not isinstance(data, Mapping):
-        raise _fail(where, f"expected a table of settings, got {data!r}")
-    known = [f.name for f in fields(cls)]
-    unknown = sorted(str(k) for k in set(data) - set(known))
-    if unknown:
-        raise _fail(f"{where}.{unknown[0]}", f"unknown setting; known: {', '.join(known)}")
-    try:
-        return cls(**{**data, **nested})
-    except ValueError as e:
-        # The dataclass names fields from its own section ("dense.device"); a nested config
-        # is known by its full path ("retriever.dense.device").
-        message = str(e)
-        section = f"{cls.SECTION}."
-        if message.startswith(section) and where != cls.SECTION:
-            message = f"{where}.{message.removeprefix(section)}"
-        raise ValueError(message) from None
-
-
-@dataclass(frozen=True)
-class BM25Config:
-    SECTION: ClassVar[str] = "bm25"
-
-    method: str = field(
-        default="bm25q",
-        metadata=_flag(
-            "bm25_method",
-            "BM25 variant; bm25q is R2MED's (gensim LuceneBM25Model on docs and query)",
-            choices=BM25_METHODS,
-        ),
-    )
-    k1: float | None = field(
-        default=None,
-        metadata=_flag("k1", "BM25 k1 >= 0 (default: the method's)", type=non_negative_float),
-    )
-    b: float | None = field(
-        default=None,
-        metadata=_flag("b", "BM25 b in [0, 1] (default: the method's)", type=unit_float),
-    )
-
-    def __post_init__(self) -> None:
-        rules = {
-            "method": one_of(BM25_METHODS),
-            "k1": optional(non_negative_float),
-            "b": optional(unit_float),
-        }
-        check_fields(self, self.SECTION, rules)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> BM25Config:
-        return _from_mapping(cls, data, where)
-
-
-def _device(value: object) -> str:
-    if not is_device(value):
-        raise ValueError(f"must be one of {', '.join(DEVICE_FORMS)}, got {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def _family(value: object) -> str:
-    from .families import AUTO, family_names  # reads families.json: no heavy import
-
-    names = (AUTO, *family_names())
-    if not isinstance(value, str) or value not in names:
-        raise ValueError(f"must be one of {', '.join(names)}, got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class DenseConfig:
-    SECTION: ClassVar[str] = "dense"
-
-    device: str = field(
-        default="auto",
-        metadata=_flag("device", "dense: auto (CUDA, else MPS, else CPU), cpu, cuda, cuda:N, mps"),
-    )
-    dtype: str = field(
-        default="auto",
-        metadata=_flag("dtype", f"dense: weights dtype: {', '.join(DTYPES)} (auto: the family's)"),
-    )
-    batch_size: int = field(
-        default=DENSE_BATCH_SIZE,
-        metadata=_flag(
-            "batch_size", "dense: texts per forward pass when encoding", type=positive_int
-        ),
-    )
-    max_length: int | None = field(
-        default=None,
-        metadata=_flag(
-            "max_length",
-            "dense: max tokens per text (default: the family's, else the model's own)",
-            type=positive_int,
-        ),
-    )
-    instructions: str = field(
-        default="r2med",
-        metadata=_flag(
-            "instructions",
-            "dense: r2med (R2MED's query/doc instructions per model and task) or none",
-        ),
-    )
-    family: str = field(
-        default="auto",
-        metadata=_flag(
-            "dense_family",
-            "dense: the model's family (loading, pooling, length, instructions): auto (from its "
-            "name, as R2MED names its retrievers) or one of retrievers/families.json",
-        ),
-    )
-    trust_remote_code: bool = field(
-        default=False,
-        metadata=_flag(
-            "trust_remote_code",
-            "dense: let models whose family runs their repository's own code load (NV-Embed, "
-            "GritLM, ReasonIR, RaDeR, gte-Qwen2); off unless given",
-            switch=True,
-        ),
-    )
-    # None: the family's rule (families.json): R2MED's families drop the document (BEIR's exact
-    # search), the ReasonEmbed authors' keep it. A config.json that recorded true or false
-    # before there were rules still means what it said.
-    ignore_identical_ids: bool | None = field(
-        default=None,
-        metadata=_flag(
-            "ignore_identical_ids",
-            "dense/api: true never returns the document whose id is the query's, false keeps "
-            "it (default: the family's rule: R2MED's drops it, ReasonEmbed's keeps it)",
-            type=boolean,
-            metavar="{true,false}",
-        ),
-    )
-    # None: not given; a run decides it from its preset (agents.config.run_config.RunConfig: on
-    # under --preset paper for a spec with a dense or api member) and records true or false
-    r2med_rules: bool | None = field(
-        default=None,
-        metadata=_flag(
-            "r2med_rules",
-            "dense/api: R2MED's rules where ours differ (an empty generated text averaged in, "
-            "a failed text-embedding-3-large request cut shorter); on under --preset paper",
-            type=boolean,
-            metavar="{true,false}",
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        rules = {
-            "device": _device,
-            "family": _family,
-            "dtype": one_of(DTYPES),
-            "batch_size": positive_int,
-            "max_length": optional(positive_int),
-            "instructions": one_of(INSTRUCTION_SETS),
-            "ignore_identical_ids": optional(boolean),
-            "r2med_rules": optional(boolean),
-        }
-        check_fields(self, self.SECTION, rules)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> DenseConfig:
-        return _from_mapping(cls, data, where)
-
-
-def _api_base(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or value != value.strip():
-        raise ValueError(f"expected a URL, got {mask_urls(str(value))!r}")
-    return server_urls(value)
-
-
-def _params(value: object) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a table of litellm embedding arguments, got {value!r}")
-    for name in value:
-        if not isinstance(name, str):
-            raise ValueError(f"argument names must be strings, got {name!r}")
-        if name in _RESERVED_PARAMS:
-            raise ValueError(f"{name!r} cannot be set here: {_RESERVED_PARAMS[name]}")
-    if secret := _credential_name(value):
-        raise ValueError(
-            f"{secret!r} looks like a credential; keys come from the environment, never "
-            "from a config (it is written to config.json)"
-        )
-    try:
-        # A copy through JSON: the config owns its params, and they survive config.json.
-        return json.loads(json.dumps(dict(value), allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"must be JSON-serialisable: {e}") from None
-
-
-def _credential_name(value: object, path: str = "") -> str | None:
-    """The first key, at any depth (e.g. ``extra_headers.Authorization``), naming a secret."""
-    if not isinstance(value, Mapping):
-        return None
-    for name, inner in value.items():
-        where = f"{path}{name}"
-        if is_credential_name(str(name)):  # a config is written to disk (config.json)
-            return where
-        if found := _credential_name(inner, f"{where}."):
-            return found
-    return None
-
-
-@dataclass(frozen=True)
-class ApiEmbedConfig:
-    SECTION: ClassVar[str] = "api"
-
-    api_base: str | None = field(
-        default=None,
-        metadata=_flag(
-            "embed_api_base", "api: base URL of the embedding server (default: the provider's)"
-        ),
-    )
-    batch_size: int = field(
-        default=API_BATCH_SIZE,
-        metadata=_flag("embed_batch_size", "api: texts per embedding request", type=positive_int),
-    )
-    # hash=False: a dict cannot be hashed; equality still compares it.
-    params: dict[str, Any] = field(
-        default_factory=dict,
-        hash=False,
-        metadata=_flag(
-            "embed_option",
-            "api: an extra litellm embedding argument, e.g. dimensions=256",
-            many=True,
-            metavar="KEY=VALUE",
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        rules = {"api_base": _api_base, "batch_size": positive_int, "params": _params}
-        check_fields(self, self.SECTION, rules)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> ApiEmbedConfig:
-        return _from_mapping(cls, data, where)
-
-
-@dataclass(frozen=True)
-class FusionConfig:
-    SECTION: ClassVar[str] = "fusion"
-
-    method: str = field(
-        default="rrf",
-        metadata=_flag(
-            "fusion", f"how '+' retrievers' lists are fused: {', '.join(FUSION_METHODS)}"
-        ),
-    )
-    k: int = field(
-        default=RRF_K,
-        metadata=_flag("fusion_k", "RRF's k in 1 / (k + rank); rrf only", type=non_negative_int),
-    )
-    depth: int = field(
-        default=MIN_DEPTH,
-        metadata=_flag("fusion_depth", "documents taken from each member list", type=positive_int),
-    )
-    weight: float = field(
-        default=DIVER_WEIGHT,
-        metadata=_flag(
-            "fusion_weight",
-            "the second list's weight, the first's 1 - it (DIVER's dense weight, bm25+dense); "
-            "diver-minmax only",
-            type=unit_float,
-        ),
-    )
-    keep: int = field(
-        default=DIVER_KEEP,
-        metadata=_flag(
-            "fusion_keep", "documents the merged list keeps; diver-minmax only", type=positive_int
-        ),
-    )
-
-    def __post_init__(self) -> None:
-        rules = {
-            "method": one_of(FUSION_METHODS),
-            "k": non_negative_int,
-            "depth": positive_int,
-            "weight": unit_float,
-            "keep": positive_int,
-        }
-        check_fields(self, self.SECTION, rules)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = SECTION) -> FusionConfig:
-        return _from_mapping(cls, data, where)
-
-
-@dataclass(frozen=True)
-class SpecPart:
-    """One member of a spec: ``kind`` (bm25, dense, api), its argument and its text."""
-
-    kind: str
-    arg: str
-    text: str
-
-
-def parse_spec(spec: object) -> tuple[SpecPart, ...]:
-    """The members of a retriever spec; ValueError for one `build_retriever` would refuse."""
-    if not isinstance(spec, str):
-        raise ValueError(f"expected a retriever spec string, got {spec!r}")
-    parts = []
-    for text in (p.strip() for p in spec.split("+")):
-        kind, _, arg = text.partition(":")
-        known = RETRIEVER_KINDS.get(kind)
-        shown = mask_urls(text)  # an error names the spec with no credential in it
-        if known is None or (known.arg == "none" and arg) or (known.arg == "required" and not arg):
-            raise ValueError(f"unknown retriever {shown!r}; valid: {', '.join(RETRIEVERS)}")
-        if kind == "remote":
-            _check_remote_url(arg, shown)
-        parts.append(SpecPart(kind, arg, text))
-    return tuple(parts)
-
-
-def _check_remote_url(url: str, shown: str) -> None:
-    """Refuse a remote:<url> that is no http(s) URL or holds a credential: the spec is written
-    to config.json and cells.json and names the run's folder, so a token in it would be on
-    disk and in every printed path; the server's token is read from the environment instead."""
-    if not url.strip().startswith(("http://", "https://")):
-        raise ValueError(f"{shown!r}: expected remote:http://HOST:PORT")
-    if where := url_secret(url):
-        raise ValueError(
-            f"{shown!r}: the URL holds a credential ({where}), which would be written to "
-            f"config.json and the run's name; set {SERVE_TOKEN_VARIABLE} instead"
-        )
-
-
-def _check_remote_code(part: SpecPart, family: str) -> None:
-    """Refuse, when the config is read, a model whose family runs its repository's own code
-    (trusting that code is the user's decision: --trust-remote-code)."""
-    from .families import REMOTE_CODE_OPTION, family_for
-
-    chosen = family_for(part.arg, family)
-    if chosen.remote_code:
-        raise _fail(
-            "retriever.spec",
-            f"{part.text}: {chosen.name} models run code from their own repository; allow it "
-            f"with {REMOTE_CODE_OPTION}",
-        )
-
-
-_SUBCONFIGS = {
-    "bm25": BM25Config,
-    "dense": DenseConfig,
-    "api": ApiEmbedConfig,
-    "fusion": FusionConfig,
+# RetrieverConfig's sections, field -> class: each kind's settings, then fusion's
+_SUBCONFIGS: dict[str, type] = {
+    **{k.field: k.settings for k in RETRIEVER_KINDS.values() if k.field and k.settings},
+    FusionConfig.SECTION: FusionConfig,
 }
 
 
 @dataclass(frozen=True)
 class RetrieverConfig:
     """A retriever spec and the settings of each kind; a sub-config applies to every member
-    of its kind (both dense models of ``dense:a+dense:b`` share ``dense``)."""
+    of its kind (both dense models of ``dense:a+dense:b`` share ``dense``). Its sections are
+    exactly its kinds' (`retrievers.kinds.RetrieverKind.field`, in the rows' order) and
+    ``fusion``: a kind with settings has its field here."""
 
     SECTION: ClassVar[str] = "retriever"
 
     spec: str = field(
         default="bm25",
-        metadata=_flag(
-            "retriever", "bm25, dense[:model], api:<model>, remote:<url>, or a+b fusion"
-        ),
+        metadata=flag_metadata("retriever", SPEC_HELP),
     )
-    bm25: BM25Config = field(default_factory=BM25Config, metadata=_help("BM25 settings"))
+    bm25: BM25Config = field(default_factory=BM25Config, metadata=help_metadata("BM25 settings"))
     dense: DenseConfig = field(
-        default_factory=DenseConfig, metadata=_help("sentence-transformers settings")
+        default_factory=DenseConfig, metadata=help_metadata("sentence-transformers settings")
     )
     api: ApiEmbedConfig = field(
-        default_factory=ApiEmbedConfig, metadata=_help("API embedder settings")
+        default_factory=ApiEmbedConfig, metadata=help_metadata("API embedder settings")
     )
     fusion: FusionConfig = field(
-        default_factory=FusionConfig, metadata=_help("fusion settings for a+b specs")
+        default_factory=FusionConfig, metadata=help_metadata("fusion settings for a+b specs")
     )
 
     def __post_init__(self) -> None:
@@ -524,23 +72,24 @@ class RetrieverConfig:
         try:
             parts = parse_spec(self.spec)
         except ValueError as e:
-            raise _fail(f"{self.SECTION}.spec", str(e)) from None
+            raise field_error(f"{self.SECTION}.spec", str(e)) from None
         for name, cls in _SUBCONFIGS.items():
             value = getattr(self, name)
             if not isinstance(value, cls):
-                raise _fail(
+                raise field_error(
                     f"{self.SECTION}.{name}",
                     f"expected a {cls.__name__}, got {type(value).__name__} {value!r}",
                 )
         if len(parts) > 2 and self.fusion.method == "diver-minmax":
-            raise _fail(
+            raise field_error(
                 f"{self.SECTION}.fusion.method",
                 f"diver-minmax merges two lists (DIVER's BM25 and dense), not {len(parts)} "
                 f"({mask_urls(self.spec)})",
             )
         for part in parts:
-            if part.kind == "dense" and part.arg and not self.dense.trust_remote_code:
-                _check_remote_code(part, self.dense.family)
+            check = RETRIEVER_KINDS[part.kind].check_config
+            if check is not None:
+                check(part, self)
 
     @property
     def parts(self) -> tuple[SpecPart, ...]:
@@ -558,10 +107,10 @@ class RetrieverConfig:
         is nested in a larger one.
         """
         if not isinstance(data, Mapping):
-            raise _fail(where, f"expected a table of settings, got {data!r}")
+            raise field_error(where, f"expected a table of settings, got {data!r}")
         nested = {
             name: sub.from_dict(data[name], f"{where}.{name}")
             for name, sub in _SUBCONFIGS.items()
             if name in data
         }
-        return _from_mapping(cls, data, where, **nested)
+        return from_mapping(cls, data, where, **nested)

@@ -76,15 +76,6 @@ from eval.plumbing.files import create_temp_file, safe_name
 from eval.plumbing.fingerprint import corpus_fingerprint
 from eval.plumbing.progress import progress_bar, transient
 
-from .config import (
-    DEFAULT_DENSE_MODEL,
-    DEFAULT_DTYPE,
-    DENSE_BATCH_SIZE,
-    DEVICE_FORMS,
-    DTYPES,
-    INSTRUCTION_SETS,
-    is_device,
-)
 from .encoders import Encoder, device_recipe, family_encoder, prefixing
 from .families import (
     AUTO,
@@ -95,6 +86,15 @@ from .families import (
     instructions_for,
 )
 from .model_source import loading
+from .settings import (
+    DEFAULT_DENSE_MODEL,
+    DEFAULT_DTYPE,
+    DENSE_BATCH_SIZE,
+    DEVICE_FORMS,
+    DTYPES,
+    INSTRUCTION_SETS,
+    is_device,
+)
 
 logger = logging.getLogger(__name__)
 

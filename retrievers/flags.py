@@ -1,8 +1,9 @@
 """The retriever's command-line flags, built from its config's fields: one help text each.
 
-Each `retrievers.config` field that is a flag names it in its metadata (``_flag``: the key,
-its help, how the flag reads a value); `retriever_settings` gives them in field order as
-`eval.plumbing.flags.Setting`, with their paths into a run's config (``retriever.bm25.k1``).
+Each `retrievers.config` / `retrievers.settings` field that is a flag names it in its metadata
+(`retrievers.settings.flag_metadata`: the key, its help, how the flag reads a value);
+`retriever_settings` gives them in field order as `eval.plumbing.flags.Setting`, with their
+paths into a run's config (``retriever.bm25.k1``).
 `TASK_SETTINGS` are what a retriever is built over and with besides its config: the dataset,
 the cache folder and a call's timeout. `add_retriever_arguments` adds both (the retrieval
 server's flags); ``agents.config.settings.SETTINGS`` holds the same settings among the run's, so the

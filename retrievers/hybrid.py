@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .base import Retriever, SearchRequest, search_all
-from .config import DIVER_KEEP, DIVER_WEIGHT, FUSION_METHODS, MIN_DEPTH, RRF_K
+from .settings import DIVER_KEEP, DIVER_WEIGHT, FUSION_METHODS, MIN_DEPTH, RRF_K
 
 # (ranx normalisation, ranx method) for each of config.FUSION_METHODS.
 _RANX: dict[str, tuple[str | None, str]] = {

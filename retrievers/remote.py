@@ -37,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from eval.plumbing.retry import REMOTE_ATTEMPTS as ATTEMPTS
 from eval.plumbing.retry import REMOTE_BACKOFF, retrying
 from retrievers.bearer_token import TokenError, read_token
-from retrievers.config import SERVE_TOKEN_VARIABLE
+from retrievers.settings import SERVE_TOKEN_VARIABLE
 
 from .base import SearchRequest
 

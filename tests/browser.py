@@ -1,8 +1,8 @@
 """Headless Chromium through Selenium, with Debian's `chromium` and `chromium-driver` only.
 
-Used by tests/test_report_browser.py and bench/report_bench.py. Selenium Manager never runs
-(it would download a browser and a driver): the driver is given by path in `Service` and the
-browser by `binary_location`, so nothing is fetched. Nothing is installed here either: `.ci/run`
+Used by tests/eval/compare/test_html_report_browser.py and bench/report_bench.py. Selenium Manager
+never runs (it would download a browser and a driver): the driver is given by path in `Service` and
+the browser by `binary_location`, so nothing is fetched. Nothing is installed here either: `.ci/run`
 installs Debian's packages; here the binaries are looked up on PATH, then in /usr/bin.
 `R2MED_CHROMIUM` and `R2MED_CHROMEDRIVER` name other binaries. Where either is missing,
 `find_chromium` says in one line which, and how to get it.

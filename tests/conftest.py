@@ -106,7 +106,8 @@ def synthetic_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def bm25_runs(tmp_path_factory):
     """``runs(dataset)``: `--agent none` runs of bm25q and lucene on a dataset folder, made once
-    a session and shared by the tests that read them (tests/test_compare.py, tests/test_run.py):
+    a session and shared by the tests that read them (tests/eval/compare/test_compare.py,
+    tests/agents/commands/test_run_command.py):
     ``({"bm25q": folder, "lucene": folder}, cache dir)``. Copy a folder before changing it."""
     from agents.commands.run import main
 

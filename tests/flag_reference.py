@@ -1,5 +1,5 @@
 """FlagEmbedding 1.3.5's own ``BaseLLMEmbedder``, the reference the reasoning embedders' families
-are checked against (tests/test_reasoning_embedders.py) and timed against
+are checked against (tests/retrievers/test_reasoning_embedders.py) and timed against
 (bench/reasoning_embed_bench.py).
 
 Its package ``__init__`` imports what this environment leaves out (datasets; rerankers written

@@ -4,7 +4,7 @@
 misformatted line fails); `check_report` checks each figure against what it reports: nDCG@10
 against the task's metrics.json and against pytrec_eval on the saved run.trec, the BM25 figure
 against a BM25 run's, the usage against the saved records, the leaderboard against metrics.json.
-Used by tests/test_run_printout.py and tests/test_main_command.py.
+Used by tests/agents/commands/test_run_printout.py and tests/agents/commands/test_main_job.py.
 """
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def nv_embed(folder: Path, seed: int = 0) -> Path:
     return folder
 
 
-# --- the reasoning embedders that lead R2MED (tests/test_reasoning_embedders.py) ---------------
+# --- the reasoning embedders that lead R2MED (tests/retrievers/test_reasoning_embedders.py) ---
 
 
 def byte_level_tokenizer(

@@ -33,12 +33,13 @@ import dataclasses
 from pathlib import Path
 
 from agents.commands import cli
-from agents.commands.cli import command, paper_for, print_summary, setup_logging, task_printer
+from agents.commands.cli import command, setup_logging
 from agents.config.registry import STAGES
 from agents.config.run_config import ConfigError, LLMConfig, RunConfig
 from agents.config.serialise import from_dict
 from agents.config.settings import add_arguments, from_settings, settings_from_args
 from agents.config.stages import STAGE_WIDE, stage_kind, stages_with, takes_wide
+from agents.execution.report import paper_for, print_summary, task_printer
 from agents.llm.sampling import SETTINGS as SAMPLING_SETTINGS
 from eval.runs import NotARunFolder, RunFolder
 from eval.trec import DUPLICATE_RULES, RUN_FILE_ORDERS

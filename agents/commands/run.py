@@ -2,9 +2,9 @@
 
 A thin command line over `agents.execution.whole_run.run_dataset`: the flags are
 `agents.config.settings.SETTINGS`, they build a `RunConfig`, the pipeline runs it, and
-`agents.commands.cli` prints what came out. A run folder (`--runs-dir`/`--run-name`) is bound to its
-configuration; re-running the same command resumes it. See agents/execution/whole_run.py for what
-the folder holds.
+`agents.execution.report` prints what came out. A run folder (`--runs-dir`/`--run-name`) is
+bound to its configuration; re-running the same command resumes it. See
+agents/execution/whole_run.py for what the folder holds.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import argparse
 
 from agents.commands import cli
-from agents.commands.cli import command, paper_for, print_summary, setup_logging, task_printer
+from agents.commands.cli import command, setup_logging
 from agents.config.registry import AGENTS, STAGES
 from agents.config.run_config import DEFAULT_MODEL
 from agents.config.settings import add_arguments, from_settings, settings_from_args
+from agents.execution.report import paper_for, print_summary, task_printer
 from eval.datasets import R2MED_TASKS
 from retrievers.cluster.connect import add_ray_flag
-from retrievers.config import RETRIEVERS  # not .search: --help loads no index code
+from retrievers.kinds import RETRIEVERS  # not .search: --help loads no index code
 
 
 def _epilog() -> str:

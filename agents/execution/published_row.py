@@ -40,13 +40,9 @@ from typing import Any
 
 from eval.datasets import R2MED_TASKS, r2med_task_name
 from eval.metrics import HEADLINE
-from eval.references import (
-    SHOWN_TABLES,
-    Reference,
-    conflict_of,
-    inconsistencies,
-    load_references,
-)
+from eval.references.conflicts import conflict_of, inconsistencies
+from eval.references.model import SHOWN_TABLES, Reference
+from eval.references.reading import load_references
 
 GENERATE_METHODS = ("hyde", "query2doc", "lamer", "search-o1", "search-r1")
 

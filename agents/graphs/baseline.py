@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.graphs.context import AgentContext, search_step
+from agents.shared.specs import AgentSpec
 from retrievers.base import SearchRequest
 
 
@@ -27,3 +28,6 @@ class Baseline:
 
 def build_graph(ctx: AgentContext) -> Baseline:
     return Baseline(ctx)
+
+
+BASELINE = AgentSpec("none", "retrieve with the raw query (no LLM)", build_graph, uses_llm=False)

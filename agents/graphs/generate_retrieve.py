@@ -26,11 +26,30 @@ from typing import Any
 from agents.graphs.combine import falls_back, r2med_request
 from agents.graphs.context import AgentContext, AgentState, search_step
 from agents.llm.steps import llm_step
-from prompts import format_docs
+from agents.shared.specs import AgentSpec
 from retrievers.base import SearchRequest
 
 LAMER_DOCS = 10
 LAMER_DOC_WORDS = 512
+LAMER_DOC_TEMPLATE = "\n[{i}]. {text}"
+
+
+def format_docs(
+    texts: list[str], max_words: int = LAMER_DOC_WORDS, template: str = LAMER_DOC_TEMPLATE
+) -> str:
+    """Number documents for a prompt: each text has its whitespace collapsed to single spaces
+    and is cut to ``max_words`` words, then fills ``template`` ({i} 1-based, {text}).
+
+    The default template is LameR's ``{docs}`` exactly as R2MED builds it: ``"\\n[i]. text"``,
+    so the prompt's "Possible Relevant Passages: {docs}" puts the list on the next line. Pass
+    the first-stage top-10 (`LAMER_DOCS`); this function does not cut the list.
+    """
+    if max_words < 1:
+        raise ValueError(f"max_words must be positive, got {max_words}")
+    return "".join(
+        template.format(i=i, text=" ".join(text.split()[:max_words]))
+        for i, text in enumerate(texts, 1)
+    )
 
 
 @dataclass(frozen=True)
@@ -186,3 +205,20 @@ def replay_graph(method: str, ctx: AgentContext) -> Any:
     graph.add_edge("generate", "retrieve")
     graph.add_edge("retrieve", END)
     return graph.compile()
+
+
+def _agent(spec: GenerateSpec) -> AgentSpec:
+    return AgentSpec(
+        spec.name,
+        spec.description,
+        build_graph,
+        spec.prompts,
+        bound=(spec,),
+        llm_nodes=("generate",),
+    )
+
+
+HYDE = _agent(SPECS["hyde"])
+QUERY2DOC = _agent(SPECS["query2doc"])
+LAMER = _agent(SPECS["lamer"])
+REASON = _agent(SPECS["reason"])

@@ -74,6 +74,7 @@ from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
     build_messages,
+    check_options,
     env_segment,
     final_ranking,
     model_segment,
@@ -85,6 +86,7 @@ from agents.llm.dry import Reply, WorstCase
 from agents.llm.embedded.names import is_local
 from agents.llm.steps import llm_call
 from agents.llm.text import answer_text, whole_reply
+from agents.shared.specs import AgentSpec
 from retrievers.base import SearchRequest
 
 BEGIN_QUERY = "<|begin_search_query|>"
@@ -410,3 +412,15 @@ def worst_case(case: WorstCase) -> Reply:
               and repeats_left > (limit - searches - 1) * (refusals - 1))  # fmt: skip
     query = asked[-1] if repeat else f"{WORST_QUERY} {case.serial}"
     return Reply(f"{case.filler}{BEGIN_QUERY}{query}", stop_reason=END_QUERY)
+
+
+SEARCH_O1 = AgentSpec(
+    "search-o1",
+    "Search-o1: search mid-reasoning, Reason-in-Documents; ranks with the answer",
+    build_graph,
+    PROMPTS,
+    worst_case=worst_case,
+    defaults=DEFAULTS,
+    check_options=check_options,
+    llm_nodes=("reason", "documents"),
+)

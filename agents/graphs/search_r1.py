@@ -82,6 +82,7 @@ from agents.graphs.generate_retrieve import replay_graph
 from agents.graphs.search_loop import (
     SearchState,
     build_messages,
+    check_options,
     env_segment,
     final_ranking,
     model_segment,
@@ -92,6 +93,7 @@ from agents.llm.embedded.names import is_local
 from agents.llm.steps import llm_call, llm_complete_call
 from agents.llm.text import whole_reply
 from agents.llm.tokens import Counter, model_counter
+from agents.shared.specs import AgentSpec
 from retrievers.base import SearchRequest
 
 SEARCH, END_SEARCH = "<search>", "</search>"
@@ -429,3 +431,16 @@ def worst_case(case: WorstCase) -> Reply:
     """The longest trajectory, for a dry run: every turn a search (its observation the longest
     documents cut to obs_tokens), the turn after them too (not run)."""
     return Reply(f"{case.filler}{SEARCH} query {case.serial}", stop_reason=END_SEARCH)
+
+
+SEARCH_R1 = AgentSpec(
+    "search-r1",
+    "Search-R1: think/search/answer turns; ranks with its first <answer>",
+    build_graph,
+    PROMPTS,
+    worst_case=worst_case,
+    defaults=DEFAULTS,
+    check_options=check_options,
+    llm_nodes=("reason",),
+    parser="search-r1",
+)

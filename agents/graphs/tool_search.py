@@ -44,6 +44,7 @@ from agents.llm.dry import Reply, WorstCase
 from agents.llm.errors import is_context_overflow
 from agents.llm.steps import llm_call
 from agents.llm.tool_text import ToolCall
+from agents.shared.specs import AgentSpec
 from prompts import PromptBook
 from retrievers.base import SearchRequest
 from retrievers.results import read_result, search_result
@@ -373,3 +374,15 @@ def worst_case(case: WorstCase) -> Reply:
     calls = [ToolCall(f"call-{case.serial}-{i}", name, json.dumps(a))
              for i, (name, a) in enumerate(args)]  # fmt: skip
     return Reply(case.filler, tool_calls=calls)
+
+
+TOOL_SEARCH = AgentSpec(
+    "tool-search",
+    "function calls (search, read, submit); ranks with its submission, then RRF",
+    build_graph,
+    PROMPTS,
+    worst_case=worst_case,
+    defaults=DEFAULTS,
+    check_options=check_options,
+    llm_nodes=("reason",),
+)

@@ -1,7 +1,8 @@
 """Rerank stages: each takes the previous stage's ranked list per query and returns a new one.
 
-A stage kind is one module here plus one entry in `agents.config.registry.STAGES`; its builder gets
-a `StageContext` and returns an object with ``async rerank(query_id, query, ranking) -> dict``,
+A stage kind is one module here, declaring its `StageSpec` beside its builder, plus one line in
+`agents.config.registry` where `STAGES` lists it (docs/extending.md); its builder gets a
+`StageContext` and returns an object with ``async rerank(query_id, query, ranking) -> dict``,
 the dict holding the new ``ranking`` (doc id -> score, decreasing) and the ``steps`` of its
 trace, as an agent graph's final state does. The pipeline runs a stage over the saved
 records of the stage before it and saves its own, so a stage never recomputes earlier work.

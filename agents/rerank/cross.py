@@ -61,8 +61,8 @@ from agents.rerank.r2med_rerankers import (
     rule_by_name,
 )
 from agents.shared.specs import StageSpec
-from retrievers.config import DEVICE_FORMS, is_device
 from retrievers.model_source import loading
+from retrievers.settings import DEVICE_FORMS, is_device
 
 log = logging.getLogger(__name__)
 
@@ -118,19 +118,6 @@ R2MED_TOP_K = (
 def preset_options(preset: str, model: str, server: str) -> dict[str, Any]:
     """``--preset paper`` ends an R2MED reranker's list at its depth (`R2MED_TOP_K`)."""
     return {"keep_rest": False} if preset == "paper" and rule_by_name(model) else {}
-
-
-CROSS = StageSpec(
-    "cross",
-    "cross-encoder over the top depth documents (model: hub name or path); R2MED's rerankers "
-    "scored as R2MED scores them",
-    "agents.rerank.cross:build_stage",
-    uses_llm=False,
-    defaults=DEFAULTS,
-    check_options=check_options,
-    models={"model": "model", "base": "model"},
-    preset_options=preset_options,
-)
 
 
 @cache
@@ -371,3 +358,16 @@ def build_stage(ctx) -> CrossStage:
         base=str(options["base"]).strip(),
         ordering=Ordering(ties=str(options["ties"]), keep_rest=bool(options["keep_rest"])),
     )
+
+
+CROSS = StageSpec(
+    "cross",
+    "cross-encoder over the top depth documents (model: hub name or path); R2MED's rerankers "
+    "scored as R2MED scores them",
+    build_stage,
+    uses_llm=False,
+    defaults=DEFAULTS,
+    check_options=check_options,
+    models={"model": "model", "base": "model"},
+    preset_options=preset_options,
+)

@@ -185,7 +185,7 @@ DIVER_POINTWISE = StageSpec(
     "diver-pointwise",
     "DIVER's pointwise stage: a 0-10 helpfulness score per document, then 0.5/0.5 with the "
     "first stage's",
-    "agents.rerank.diver_pointwise:build_diver_pointwise",
+    build_diver_pointwise,
     uses_llm=True,
     llm_nodes=("judge",),
     prompts=(FAMILY,),

@@ -340,7 +340,7 @@ GROUPRANK = StageSpec(
     "grouprank",
     "GroupRank: groups of 10 scored 0-10 in 2 shuffled passes, averaged, then 0.6/0.4 with "
     "the first stage (its prompts, sampling and JSON reading)",
-    "agents.rerank.grouprank:build_grouprank",
+    build_grouprank,
     uses_llm=True,
     llm_nodes=("group",),
     prompts=(FAMILY,),

@@ -250,7 +250,7 @@ def build_insertrank(ctx: StageContext) -> ListwiseReranker:
 LISTWISE = StageSpec(
     "llm-listwise",
     "RankGPT listwise LLM reranking, sliding window from the bottom of the top-depth list up",
-    "agents.rerank.listwise:build_listwise",
+    build_listwise,
     uses_llm=True,
     llm_nodes=("window",),
     prompts=("rerank-listwise",),
@@ -260,7 +260,7 @@ LISTWISE = StageSpec(
 INSERTRANK = StageSpec(
     "insertrank",
     "InsertRank: listwise LLM reranking with each passage's first-stage score in the prompt",
-    "agents.rerank.listwise:build_insertrank",
+    build_insertrank,
     uses_llm=True,
     llm_nodes=("window",),
     prompts=("insertrank",),

@@ -55,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
 # the node each role's calls are made under: a stage fits a role when these are all it calls
 ROLES = {"pointwise": "judge", "listwise": "window"}
 # the LLM stages whose calls are all the role's node, with a depth, a model and a server to be
-# given (tests/test_diver_merges.py checks this against the registry)
+# given (tests/agents/rerank/test_diver_merges.py checks this against the registry)
 FITTING = {
     "pointwise": ("diver-pointwise", "llm-pointwise", "rank1"),
     "listwise": ("llm-listwise", "insertrank", "reasonrank"),
@@ -154,7 +154,7 @@ def build_point_list(ctx: StageContext) -> PointListReranker:
 POINT_LIST = StageSpec(
     "point-list",
     "DIVER's merge: a pointwise and a listwise stage over the same list, 0.6/0.4 of -log(rank + 1)",
-    "agents.rerank.point_list:build_point_list",
+    build_point_list,
     uses_llm=True,
     llm_nodes=tuple(ROLES.values()),
     prompts=("diver-pointwise", "rerank-listwise"),  # the default stages' prompt families

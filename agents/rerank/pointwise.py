@@ -267,7 +267,7 @@ def build_pointwise(ctx: StageContext) -> PointwiseReranker:
 POINTWISE = StageSpec(
     "llm-pointwise",
     "the LLM judges each of the top-depth passages alone: P(yes) from logprobs, else a 0-3 grade",
-    "agents.rerank.pointwise:build_pointwise",
+    build_pointwise,
     uses_llm=True,
     llm_nodes=("judge",),
     prompts=(FAMILY,),

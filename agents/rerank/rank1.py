@@ -43,7 +43,7 @@ tokenizer; else the embedded model's own, else the server's tokenize endpoint): 
 token is then read from the likeliest 20 as it comes, stated in the step as ``forced_by``.
 llama-cpp-python's server reports the log-probabilities from before the bias, so the two are
 read from the model's own likeliest 20 there: the same ratio as the embedded model's masked
-pair (tests/test_llamacpp_server.py), 0.5 when either is outside them.
+pair (tests/agents/llm/test_llamacpp_server.py), 0.5 when either is outside them.
 Each judgement's outcome (`OUTCOMES`) is in its trace step and counted in the summary: a
 reply the stage cannot use (unreadable, no choices; log-probabilities of " true" or " false"
 that are missing or impossible, which `agents.llm.responses` reads as None; a /tokenize answer
@@ -311,7 +311,7 @@ def build_rank1(ctx: StageContext) -> Rank1Reranker:
 RANK1 = StageSpec(
     "rank1",
     "Rank1: the model reasons on each passage alone; P(true) at the token that ends </think>",
-    "agents.rerank.rank1:build_rank1",
+    build_rank1,
     uses_llm=True,
     llm_nodes=("judge",),
     prompts=(FAMILY, QUERY_FAMILY),

@@ -13,8 +13,8 @@ figures come from) reranks the top 100 in one pass of windows of 20 moving up by
   line holding a ``<`` on, leaves HTML entities as they are; a chat template's prompt opens
   with one (``<|im_start|>``), so no entity of the prompt is unescaped there. Here the server
   applies the template, so each message's text is mended line by line with unescaping off
-  (`mended_prompt`): the same text, entities in the query kept (tests/test_rerank_reasonrank.py
-  compares both over a chat template);
+  (`mended_prompt`): the same text, entities in the query kept
+  (tests/agents/rerank/test_reasonrank.py compares both over a chat template);
 * the query with ``[n]`` written ``(n)`` and stripped (L194, ``rankllm.py`` L529-530);
 * each passage (``utils.py`` L89-109, ``truncate_by_word=False`` at L210): stripped, mended by
   ``fix_text`` (entities unescaped there, as ftfy's default does in a text without ``<``), cut
@@ -299,7 +299,7 @@ def build_reasonrank(ctx: StageContext) -> ReasonRankReranker:
 REASONRANK = StageSpec(
     "reasonrank",
     "ReasonRank: listwise reasoning over windows of 20 by 10 (its prompt, budget and parser)",
-    "agents.rerank.reasonrank:build_reasonrank",
+    build_reasonrank,
     uses_llm=True,
     llm_nodes=("window",),
     prompts=(FAMILY,),

@@ -1,12 +1,12 @@
 """What an agent or a rerank stage is to a run: its name, builder, options and defaults.
 
-Kept apart from `agents.config.registry` (which lists them) so that a stage module can name its own
-spec without importing the registry that imports it.
+Each graph or stage module declares its own spec beside the builder it names, and
+`agents.config.registry` only lists them; kept apart from the registry so that a module can
+declare its spec without importing the registry that imports it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -20,18 +20,11 @@ class OptionSpec(Protocol):
     check_options: Callable[[dict[str, Any]], None] | None
 
 
-def _resolve(target: str | Callable) -> Callable:
-    if callable(target):
-        return target
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 @dataclass(frozen=True)
 class AgentSpec:
     name: str
     description: str
-    builder: str | Callable[..., Any]  # "module:function" or the function; (ctx) -> graph
+    builder: Callable[..., Any]  # (*bound, ctx) -> graph: the graph module's build_graph
     # prompt families it reads ("hyde", or one file of a family: "search-o1/documents"); the
     # hashes a run records come from the prompts actually loaded, not from this list
     prompts: tuple[str, ...] = ()
@@ -44,28 +37,28 @@ class AgentSpec:
     # how its texts are read when the model's family does not say (agents.llm.text.PARSERS):
     # None for the model's family; Search-R1's protocol answers in <answer> whatever the model
     parser: str | None = None
-    # how a worst-case model answers its calls in a dry run ("module:function", given an
-    # agents.llm.dry.WorstCase, returning a Reply); None: every reply is the longest filler
-    worst_case: str | Callable[..., Any] | None = None
+    # how a worst-case model answers its calls in a dry run (given an agents.llm.dry.WorstCase,
+    # returning a Reply); None: every reply is the longest filler
+    worst_case: Callable[..., Any] | None = None
 
     def build_graph(self, ctx: Any) -> Any:
-        return _resolve(self.builder)(*self.bound, ctx)
+        return self.builder(*self.bound, ctx)
 
     def worst_case_hook(self) -> Callable[..., Any] | None:
-        return None if self.worst_case is None else _resolve(self.worst_case)
+        return self.worst_case
 
 
 @dataclass(frozen=True)
 class StageSpec:
     name: str
     description: str
-    builder: str | Callable[..., Any]  # (ctx) -> an object with async rerank(...)
+    builder: Callable[..., Any]  # (ctx) -> an object with async rerank(...)
     uses_llm: bool = False
     prompts: tuple[str, ...] = ()  # prompt families it reads (for sweeps' prompt variants)
     defaults: dict[str, Any] = field(default_factory=dict)
     check_options: Callable[[dict[str, Any]], None] | None = None
     llm_nodes: tuple[str, ...] = ()  # the nodes its calls are made under (agents.llm.sampling)
-    worst_case: str | Callable[..., Any] | None = None  # as AgentSpec's
+    worst_case: Callable[..., Any] | None = None  # as AgentSpec's
     # options naming a model loaded from a folder or the hub, and what it is ("model" or
     # "tokenizer"): checked before any work (retrievers.model_source)
     models: Mapping[str, str] = field(default_factory=dict)
@@ -77,7 +70,7 @@ class StageSpec:
     sampled_as: Callable[[str, Mapping[str, Any]], tuple[str, dict[str, Any]]] | None = None
 
     def build(self, ctx: Any) -> Any:
-        return _resolve(self.builder)(ctx)
+        return self.builder(ctx)
 
     def worst_case_hook(self) -> Callable[..., Any] | None:
-        return None if self.worst_case is None else _resolve(self.worst_case)
+        return self.worst_case

@@ -49,39 +49,27 @@ Decisions worth knowing:
   paper's figures are over every query of a task, so a run with ``--limit`` is noted.
 """
 
-from eval.compare.comparison import DEFAULT_METRIC, TOP_MOVERS, compare_runs
-from eval.compare.markdown import comparison_markdown, published_markdown
-from eval.compare.model import (
-    CompareError,
-    Comparison,
-    Cost,
-    Delta,
-    Mover,
-    Published,
-    RunData,
-    TaskFiles,
-    leaderboard_rows,
-    reference_run,
-)
-from eval.compare.output import write_comparison
-from eval.compare.reading import load_run
+from eval.plumbing.lazy import lazy_face
 
-__all__ = [
-    "DEFAULT_METRIC",
-    "TOP_MOVERS",
-    "CompareError",
-    "Comparison",
-    "Cost",
-    "Delta",
-    "Mover",
-    "Published",
-    "RunData",
-    "TaskFiles",
-    "compare_runs",
-    "comparison_markdown",
-    "leaderboard_rows",
-    "load_run",
-    "published_markdown",
-    "reference_run",
-    "write_comparison",
-]
+# module -> the public names defined there, each under its own name
+__all__, __getattr__, __dir__ = lazy_face(
+    globals(),
+    {
+        "eval.compare.comparison": ("DEFAULT_METRIC", "TOP_MOVERS", "compare_runs"),
+        "eval.compare.markdown": ("comparison_markdown", "published_markdown"),
+        "eval.compare.model": (
+            "CompareError",
+            "Comparison",
+            "Cost",
+            "Delta",
+            "Mover",
+            "Published",
+            "RunData",
+            "TaskFiles",
+            "leaderboard_rows",
+            "reference_run",
+        ),
+        "eval.compare.output": ("write_comparison",),
+        "eval.compare.reading": ("load_run",),
+    },
+)

@@ -13,7 +13,7 @@ from eval.compare.published import published_notes, published_row, resolve_refer
 from eval.compare.reading import check_against_summary, load_run, task_scores
 from eval.evaluate import task_mean
 from eval.metrics import HEADLINE, metric_name
-from eval.references import Reference
+from eval.references.model import Reference
 from eval.report import order_tasks
 from eval.runs import RunQrels
 from eval.significance import TESTS, Test

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eval.references import Reference
+from eval.references.model import Reference
 from eval.runs import RunQrels
 from eval.significance import PairedTest
 from eval.task_summary import TaskSummary

@@ -12,7 +12,7 @@ from pathlib import Path
 from eval.compare.markdown import comparison_markdown
 from eval.compare.model import Comparison, Published, leaderboard_rows
 from eval.plumbing.files import write_text
-from eval.references import Reference
+from eval.references.model import Reference
 from eval.report import leaderboard_markdown
 
 

@@ -11,7 +11,10 @@ from collections.abc import Mapping, Sequence
 
 from eval.compare.model import CompareError, Published, RunData
 from eval.datasets import r2med_task_name
-from eval.references import Reference, UnknownReference, conflict_of, paper_notes, reference
+from eval.references.conflicts import conflict_of
+from eval.references.model import Reference, UnknownReference
+from eval.references.reading import reference
+from eval.references.text import paper_notes
 
 
 def resolve_references(given: Sequence[str | Reference]) -> list[Reference]:

@@ -179,6 +179,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from eval.plumbing.files import writable_folder
     from retrievers.api_embed import embedding_transport
     from retrievers.flags import TASK_DEFAULTS, retriever_from_settings, retriever_settings
+    from retrievers.kinds import RETRIEVER_KINDS
     from retrievers.search import check_models
     from retrievers.serve.index import build_indexes
 
@@ -187,7 +188,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     retriever = retriever_from_settings(given)
     if any(part.kind == "remote" for part in retriever.parts):
         raise ValueError(f"--retriever {retriever.spec}: a server serves a local index")
-    if args.ray is not None and not any(part.kind == "dense" for part in retriever.parts):
+    if args.ray is not None and not any(
+        RETRIEVER_KINDS[part.kind].encodes_on_cluster for part in retriever.parts
+    ):
         raise ValueError(
             f"--ray: a cluster encodes a dense retriever's corpus; --retriever {retriever.spec} "
             "has none"

@@ -4,7 +4,7 @@ the MCP tools (retrievers.serve.mcp) all start from these."""
 
 from __future__ import annotations
 
-from retrievers.config import MAX_QUERY_CHARS, SERVE_TOKEN_VARIABLE
+from retrievers.settings import MAX_QUERY_CHARS, SERVE_TOKEN_VARIABLE
 
 __all__ = ["MAX_QUERY_CHARS", "SERVE_TOKEN_VARIABLE"]  # re-exported: limits the server applies
 

@@ -14,8 +14,8 @@ there, so an agent driven from outside sees what tool-search's model sees:
 
 Their descriptions are tool-search's prompt files (prompts/tool-search/search.txt, read.txt),
 read through `prompts.PromptBook`: a prompt experiment changes both alike. The snippet and cut
-are written again here because retrievers/ sits below agents/ (tests/test_layering.py);
-tests/test_retrieval_server_mcp.py holds them identical to tool-search's.
+are written again here because retrievers/ sits below agents/ (tests/project/test_layering.py);
+tests/retrievers/serve/test_server_mcp.py holds them identical to tool-search's.
 
 Searches run through the very retriever the HTTP API serves (`retrievers.base.search_all`),
 one at a time in a worker thread, so the event loop keeps answering (a hybrid's fusion runs on

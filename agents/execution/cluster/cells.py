@@ -27,9 +27,6 @@ from agents.execution.cluster.cache import RemoteCache, start_owner
 from agents.execution.cluster.folders import pack, relocate, unpack
 from eval.runs import RunFolder
 
-# Ray's resource keys a sweep file may give, per cell or for every cell
-RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory")
-
 
 @dataclass(frozen=True)
 class Inputs:
@@ -84,7 +81,8 @@ def run_on_worker(
     owner: Any,
     run_cell: Callable[[RunConfig, bool, bool], int],
 ) -> Outcome:
-    """A cell on a worker (the body of its Ray task): ``run_cell`` (agents.sweep's) runs it."""
+    """A cell on a worker (the body of its Ray task): ``run_cell`` (agents.execution.sweep's)
+    runs it."""
     from agents.llm.cache import use_opener
     from eval.datasets import default_cache_dir
 

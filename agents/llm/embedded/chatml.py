@@ -7,7 +7,7 @@ unfinished reasoning that way. The token counter (`agents.llm.tokens`) and the b
 ``--chat-template chatml`` of a llama.cpp server (`agents.llm.serving`) render the same text.
 
 Rendering needs neither litellm nor llama.cpp, and this module imports neither
-(tests/test_local_llm.py).
+(tests/agents/llm/embedded/test_embedded_provider.py).
 """
 
 from __future__ import annotations

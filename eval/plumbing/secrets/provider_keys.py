@@ -3,8 +3,8 @@
 litellm names the variables a provider's key is read from (`eval.plumbing.secrets.api_keys`), but
 importing it takes seconds; a run refused for a missing key should say so at once. The providers
 below read their key from the variables listed, exactly as litellm's ``validate_environment`` says
-(tests/test_fast_refusals.py checks each against it), so a run with none of them set can be
-refused before litellm loads. Any other provider, or a key that is set, is left to litellm's
+(tests/agents/commands/test_fast_refusals.py checks each against it), so a run with none of them set
+can be refused before litellm loads. Any other provider, or a key that is set, is left to litellm's
 own check.
 """
 
