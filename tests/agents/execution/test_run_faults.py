@@ -453,9 +453,9 @@ def _terminate_self() -> int:
 @pytest.mark.parametrize(
     "module, argv, body",
     [
-        ("agents.run", [], "_run"),
-        ("agents.rerank", ["some-run", "--rerank", "llm-listwise"], "_rerank"),
-        ("agents.sweep", ["sweep.toml"], "load_sweep"),
+        ("agents.commands.run", [], "_run"),
+        ("agents.commands.rerank", ["some-run", "--rerank", "llm-listwise"], "_rerank"),
+        ("agents.commands.sweep", ["sweep.toml"], "load_sweep"),
         ("eval.score", ["--qrels", "qrels.tsv", "run.trec"], "_score"),
     ],
 )
