@@ -1,4 +1,5 @@
-"""docs/extending.md's worked example, run as the doc writes it: the `keywords` agent.
+"""docs/extending.md's worked examples, run as the doc writes them: the `keywords` agent, the
+`query-terms` rerank stage and the `overlap` retriever kind.
 
 The doc's three blocks (the graph module with its spec, its prompt file, its registry line) are
 read from the doc and put where they say they live, without writing into the repo: the module
@@ -17,6 +18,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,3 +174,93 @@ def test_the_docs_dry_run_prints_what_the_doc_shows(
     assert main(argv) == 0
     assert capsys.readouterr().out.splitlines() == shown
     assert not (tmp_path / "runs").exists()  # a dry run writes no run folder
+
+
+# --- the rerank stage and the retriever kind ---------------------------------------------------
+
+
+@pytest.fixture
+def install_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Puts the doc's module block ``info`` in as ``<package>.<name>``, from a folder on the
+    package's path; gone again after the test."""
+    installed: list[tuple[Any, str]] = []
+
+    def install(package: Any, info: str, name: str) -> None:
+        folder = tmp_path / package.__name__.replace(".", "_")
+        folder.mkdir(exist_ok=True)
+        (folder / f"{name}.py").write_text(block(info))
+        monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
+        installed.append((package, name))
+
+    yield install
+    for package, name in installed:
+        sys.modules.pop(f"{package.__name__}.{name}", None)
+        if hasattr(package, name):
+            delattr(package, name)
+
+
+def listed(info: str, names: dict) -> list:
+    """The doc's listing block ``info`` run as written: its import, then its entry."""
+    imported, entry = block(info).splitlines()
+    exec(imported, names)
+    return list(eval(f"({entry}\n)", names))
+
+
+def run_demo(tmp_path: Path, *extra: str) -> Path:
+    assert main([
+        "--agent", "none", "--dataset", "demo", "--runs-dir", str(tmp_path / "runs"),
+        "--cache-dir", str(tmp_path / "cache"), "--quiet", *extra,
+    ]) == 0  # fmt: skip
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return run_dir
+
+
+def demo_corpus() -> dict[str, str]:
+    lines = (DEMO_DIR / "corpus.jsonl").read_text().splitlines()
+    return {d["id"]: d["text"] for d in map(json.loads, lines)}
+
+
+def test_the_query_terms_stage_runs_as_the_doc_writes_it(tmp_path, monkeypatch, install_module):
+    import agents.rerank
+    from agents.config.registry import STAGES
+
+    install_module(agents.rerank, "python title=agents/rerank/query_terms.py", "query_terms")
+    [spec] = listed("python title=agents/config/registry.py (stage)", {})
+    assert spec.name == "query-terms"
+    assert spec.builder is sys.modules["agents.rerank.query_terms"].build_stage
+    monkeypatch.setitem(STAGES, "query-terms", spec)
+
+    run_dir = run_demo(tmp_path, "--rerank", "query-terms,depth=20", "--limit", "3")
+    words = sys.modules["agents.rerank.query_terms"].words
+    corpus, queries = demo_corpus(), demo_queries(3)
+    (stage_dir,) = (run_dir / "demo").glob("rerank-1-*")
+    bm25 = TaskFolder(run_dir / "demo").records()
+    for query_id, record in TaskFolder(stage_dir).records().items():
+        first = [d for d, _ in bm25[query_id]["ranking"]][:20]
+        held = {d: len(words(queries[query_id]) & words(corpus[d])) for d in first}
+        # the doc's rule, computed here from the first stage's list: most words held first
+        expected = sorted(first, key=lambda d: -held[d])
+        assert [d for d, _ in record["ranking"]] == expected != first
+        assert record["steps"][0]["held"] == [held[d] for d in expected]
+    assert "query-terms" in json.dumps(json.loads((run_dir / "config.json").read_text()))
+
+
+def test_the_overlap_retriever_kind_runs_as_the_doc_writes_it(
+    tmp_path, monkeypatch, install_module
+):
+    import retrievers
+    from retrievers.kinds import RETRIEVER_KINDS, RetrieverKind
+
+    install_module(retrievers, "python title=retrievers/overlap.py", "overlap")
+    [row] = listed("python title=retrievers/kinds.py", {"RetrieverKind": RetrieverKind})
+    assert row.name == "overlap" and row.build is sys.modules["retrievers.overlap"].build_overlap
+    monkeypatch.setitem(RETRIEVER_KINDS, "overlap", row)
+
+    run_dir = run_demo(tmp_path, "--retriever", "overlap", "--limit", "3")
+    words = sys.modules["retrievers.overlap"].words
+    corpus, queries = demo_corpus(), demo_queries(3)
+    for query_id, record in TaskFolder(run_dir / "demo").records().items():
+        held = {d: len(words(queries[query_id]) & words(text)) for d, text in corpus.items()}
+        best = sorted((d for d in held if held[d]), key=lambda d: (-held[d], d))[:10]
+        assert [d for d, _ in record["ranking"]][:10] == best
+    assert json.loads((run_dir / "config.json").read_text())["retriever"]["spec"] == "overlap"
