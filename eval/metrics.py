@@ -69,7 +69,7 @@ def k_values_of(metrics: Iterable[str], default: int = 10) -> list[int]:
 
 
 def metric_names(k_values: Iterable[int] = DEFAULT_K_VALUES) -> list[str]:
-    """Metric names ``eval.evaluate.evaluate`` produces for ``k_values``, in reporting order."""
+    """Metric names ``eval.evaluate.evaluate_run`` produces for ``k_values``, in reporting order."""
     ks = sorted(set(k_values))
     names = [f"{family}@{k}" for family in CUT_FAMILIES for k in ks]
     return names + [f"MRR@{k}" for k in ks] + ["MRR"]

@@ -99,7 +99,7 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     if config.llm is not None:
         if dry is None:  # before the model checks, which import litellm (seconds)
             check_servers(config)
-        from agents.llm.keys import check_credentials, check_model
+        from agents.llm.model_checks import check_credentials, check_model
 
         for model, api_base in config.llm_targets():
             check_model(model)

@@ -17,7 +17,7 @@ __all__, __getattr__, __dir__ = lazy_face(
     {
         "agents.llm.client": ("LLM",),
         "agents.llm.responses": ("Completion",),
-        "agents.llm.keys": ("check_credentials", "check_model"),
+        "agents.llm.model_checks": ("check_credentials", "check_model"),
         "eval.usage": ("Usage",),
         "agents.llm.errors": ("LLMAuthError",),
     },

@@ -26,7 +26,7 @@ for) but cost 0.0 (no money was spent this time), `cached_calls=1` and the looku
 latency. Cost is None whenever litellm's cost map cannot price the model (local models,
 self-hosted servers, unknown names), and a None makes every total it is added to None.
 
-The key checks are `agents.llm.keys`'s, a response's decoding (and `Completion`) is
+The key rules are `eval.plumbing.secrets.model_keys`'s, a response's decoding (and `Completion`) is
 `agents.llm.responses`'s, and litellm's process-wide settings are `eval.plumbing.litellm_setup`'s.
 """
 
@@ -47,7 +47,6 @@ from agents.llm.cache import CACHE_MODES, LLMCache, cache_key, open_cache
 from agents.llm.embedded.names import is_local, local_name
 from agents.llm.embedded.prefix_cache import evaluation_settings
 from agents.llm.errors import LLMAuthError, LLMReplyError, LLMUnavailable
-from agents.llm.keys import auth_error_message, is_auth_error
 from agents.llm.responses import (
     Completion,
     check_reply,
@@ -77,6 +76,7 @@ from eval.plumbing.retry import (
 )
 from eval.plumbing.retry import retry_after_seconds as retry_after_seconds  # the client's name too
 from eval.plumbing.secrets.api_keys import is_custom_provider, missing_key_variables, provider_of
+from eval.plumbing.secrets.model_keys import auth_error_message, is_auth_error
 from eval.plumbing.secrets.redaction import NO_KEY_PLACEHOLDER, public_url
 from eval.usage import Usage
 

@@ -649,19 +649,20 @@ def test_ordinary_codes_in_free_text_are_left_alone():
 
 
 def test_one_credential_rule_serves_every_layer():
-    import agents.llm.keys
     import eval.plumbing.secrets.credentials
+    import eval.plumbing.secrets.model_keys
     import eval.plumbing.secrets.redaction
     import retrievers.settings
 
     rule = eval.plumbing.secrets.credentials.is_credential_name
-    for module in (eval.plumbing.secrets.redaction, agents.llm.keys, retrievers.settings):
+    users = (eval.plumbing.secrets.redaction, eval.plumbing.secrets.model_keys, retrievers.settings)
+    for module in users:
         assert module.is_credential_name is rule
     assert (
         eval.plumbing.secrets.redaction.public_url is eval.plumbing.secrets.credentials.public_url
     )
     # no regex of its own
-    for module in (eval.plumbing.secrets.redaction, agents.llm.keys, retrievers.settings):
+    for module in users:
         assert not [n for n in vars(module) if n.startswith(("_CREDENTIAL", "_USERINFO"))]
 
 
@@ -678,9 +679,9 @@ CREDENTIAL_NAMES = {
 
 
 def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatch):
-    """eval.plumbing.secrets.redaction (masking), agents.llm.keys (which missing variables are keys)
+    """eval.plumbing.secrets.redaction (masking), model_keys (which missing variables are keys)
     and retrievers.settings (an embedding option named like a key) all answer as the one rule."""
-    import agents.llm.keys
+    import eval.plumbing.secrets.model_keys
     from eval.plumbing.secrets.credentials import is_credential_name
     from retrievers.settings import ApiEmbedConfig
 
@@ -691,7 +692,7 @@ def test_every_call_site_of_the_credential_rule_gives_the_same_answer(monkeypatc
     assert masked == CREDENTIAL_NAMES
 
     monkeypatch.setattr(litellm, "validate_environment", lambda model: {"missing_keys": names})
-    kept = agents.llm.keys.missing_key_variables("openai/gpt-4o-mini")
+    kept = eval.plumbing.secrets.model_keys.missing_key_variables("openai/gpt-4o-mini")
     assert kept == [n for n in names if CREDENTIAL_NAMES[n]]
 
     def refused(name: str) -> bool:

@@ -34,7 +34,7 @@ KEY_VARIABLES: dict[str, tuple[str, ...]] = {
 def known_missing_keys(model: str, api_base: str | None) -> list[str]:
     """The key variables ``model`` needs when it names a provider above and the environment
     holds none of them (litellm counts a variable set to "" as set); [] otherwise, including
-    for a server given by ``api_base`` (sent a placeholder, as `agents.llm.keys` does)."""
+    for a server given by ``api_base`` (sent a placeholder, as `agents.llm.model_checks` does)."""
     provider, slash, _ = model.partition("/")
     if api_base or not slash or provider not in KEY_VARIABLES:
         return []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,15 @@ def test_a_face_name_is_the_name_where_it_is_defined():
                 assert value.__name__ == name, f"{package.__name__}.{name} is {value.__name__}"
     assert {"StageConfig"} <= set(agents.__all__)
     assert {"Retriever", "RetrieverConfig", "SearchRequest"} <= set(retrievers.__all__)
+
+
+def test_docs_python_md_lists_each_face_as_it_is():
+    """docs/python.md's table of public names is each package's ``__all__``, in order."""
+    import agents
+    import eval
+    import retrievers
+
+    text = (REPO / "docs" / "python.md").read_text()
+    for package in (agents, retrievers, eval):
+        [row] = [line for line in text.splitlines() if line.startswith(f"| `{package.__name__}` |")]
+        assert re.findall(r"`(\w+)`", row.split("|")[2]) == package.__all__, package.__name__

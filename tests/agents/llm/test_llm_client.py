@@ -28,7 +28,8 @@ import eval.plumbing.retry
 from agents.execution.task_queries import run_queries
 from agents.llm.cache import LLMCache, cache_key
 from agents.llm.client import LLM, NO_KEY_PLACEHOLDER, LLMAuthError, Usage
-from agents.llm.keys import auth_error_message, check_credentials
+from agents.llm.model_checks import check_credentials
+from eval.plumbing.secrets.model_keys import auth_error_message
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET = "sk-test-SECRET-123"

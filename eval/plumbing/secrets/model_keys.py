@@ -1,12 +1,11 @@
-"""A model's API key and name, checked: which variables hold its key (`key_variables`), the
-start-up checks (`check_credentials`, `check_model`) and a failed key told apart from other
-errors (`is_auth_error`) and said in one line without the provider's text
+"""A model's API key: which variables hold it (`key_variables`), and a failed key told apart
+from other errors (`is_auth_error`) and said in one line without the provider's text
 (`auth_error_message`).
 
 Which variables are credentials, and which of them litellm says a model lacks, is the one rule
-of eval/plumbing/secrets/credentials.py and eval/plumbing/secrets/api_keys.py; this module only asks
-it. API keys come from the environment as litellm expects (OPENAI_API_KEY, ...) and are never part
-of a message here.
+of `credentials` and `api_keys` beside this module; this module only asks it. API keys come
+from the environment as litellm expects (OPENAI_API_KEY, ...) and are never part of a message
+here.
 """
 
 from __future__ import annotations
@@ -14,15 +13,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from agents.llm.embedded.names import LOCAL_PREFIX, is_local, local_name
 from eval.plumbing.secrets.api_keys import (
     AMBIENT_CREDENTIALS,
     is_custom_provider,
     missing_key_variables,
     provider_of,
 )
-from eval.plumbing.secrets.provider_keys import missing_key_line
-from eval.plumbing.secrets.redaction import is_credential_name
+from eval.plumbing.secrets.credentials import is_credential_name
 
 
 def _litellm() -> Any:
@@ -59,19 +56,6 @@ def key_variables(model: str) -> list[str]:
     return present or [f"{provider.upper()}_API_KEY"]
 
 
-def check_credentials(model: str, api_base: str | None) -> None:
-    """Raise ValueError naming the variable to set when `model` cannot have a key.
-
-    A server given by `api_base` is assumed to need none (a placeholder is sent), so only a
-    provider's own endpoint is checked. Local and scripted providers need none.
-    """
-    if api_base or is_local(model):
-        return
-    missing = missing_key_variables(model)
-    if missing:
-        raise ValueError(missing_key_line(model, missing))
-
-
 def is_auth_error(exc: BaseException) -> bool:
     """A missing or rejected key, however litellm reports it."""
     if isinstance(exc, _litellm().AuthenticationError):
@@ -92,27 +76,3 @@ def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -
     variables = key_variables(model)
     hint = f"set {' or '.join(variables)}" if variables else "check the provider's credentials"
     return f"{model}: authentication failed ({why}); {hint}"
-
-
-def check_model(model: str) -> None:
-    """Raise ValueError for a model string no provider would take, before any query runs."""
-    if is_local(model):
-        from agents.llm.embedded.weights import LOCAL_MODELS
-
-        if local_name(model) not in LOCAL_MODELS:
-            raise ValueError(
-                f"unknown local model {model!r}; local models: "
-                + ", ".join(LOCAL_PREFIX + n for n in LOCAL_MODELS)
-            )
-        return
-    provider = model.partition("/")[0]
-    litellm = _litellm()
-    if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
-        return
-    try:
-        litellm.get_llm_provider(model)
-    except Exception:
-        raise ValueError(
-            f"unknown model {model!r}: litellm knows no provider for it; name it as "
-            "provider/model, e.g. openai/gpt-4o-mini or ollama/qwen2.5"
-        ) from None
