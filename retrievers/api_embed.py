@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.plumbing.lazy import load_litellm
 from eval.plumbing.retry import DEFAULT_TIMEOUT_S, EMBED_ATTEMPTS, EMBED_BACKOFF, retrying
 from eval.plumbing.secrets.api_keys import placeholder_key
 from eval.plumbing.secrets.credentials import public_url
@@ -52,12 +53,6 @@ TRANSPORT_PARAMS = frozenset({"timeout", "max_retries", "num_retries", "extra_he
 
 class EmbeddingUnavailable(ValueError):
     """The embedding server stopped answering; the message names it (one line)."""
-
-
-def _litellm():
-    from eval.plumbing.litellm_setup import litellm
-
-    return litellm
 
 
 def api_encoder(
@@ -82,7 +77,7 @@ def api_encoder(
     """
     # litellm takes ~3 s to import: a run that builds no API embedder (or only reads this
     # module's defaults) does not pay for it.
-    litellm = _litellm()
+    litellm = load_litellm()
     retryable = (
         litellm.RateLimitError,
         litellm.InternalServerError,
@@ -197,7 +192,7 @@ def _tokenizer(family: Family, model: str):
     kind, _, name = (family.tokenizer or "").partition(":")
     if kind == "tiktoken":
         # litellm ships tiktoken's cl100k_base file; tiktoken would fetch it otherwise.
-        _litellm()
+        load_litellm()
         from litellm.litellm_core_utils import tokenizers
 
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.dirname(tokenizers.__file__))

@@ -5,18 +5,10 @@ knows) and a key it can have (`check_credentials`, by the rules of `eval.plumbin
 
 from __future__ import annotations
 
-from typing import Any
-
 from agents.llm.embedded.names import LOCAL_PREFIX, is_local, local_name
+from eval.plumbing.lazy import load_litellm
 from eval.plumbing.secrets.api_keys import missing_key_variables
 from eval.plumbing.secrets.provider_keys import missing_key_line
-
-
-def _litellm() -> Any:
-    # on first use: importing litellm takes seconds, and a local model's checks need none of it
-    from eval.plumbing.litellm_setup import litellm
-
-    return litellm
 
 
 def check_credentials(model: str, api_base: str | None) -> None:
@@ -44,7 +36,7 @@ def check_model(model: str) -> None:
             )
         return
     provider = model.partition("/")[0]
-    litellm = _litellm()
+    litellm = load_litellm()
     if any(entry["provider"] == provider for entry in litellm.custom_provider_map):
         return
     try:

@@ -31,3 +31,11 @@ def lazy_face(
         return sorted({*namespace, *home})
 
     return list(home), __getattr__, __dir__
+
+
+def load_litellm() -> Any:
+    """litellm, set up as `eval.plumbing.litellm_setup` sets it up, imported on the first call:
+    importing it takes seconds, and a check or a run that needs no provider never pays for it."""
+    from eval.plumbing.litellm_setup import litellm
+
+    return litellm

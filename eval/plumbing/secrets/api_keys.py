@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from eval.plumbing.lazy import load_litellm
 from eval.plumbing.secrets.credentials import is_credential_name
 
 # Sent as api_key to an `api_base` server when the provider's key variable is unset. It is a
@@ -29,23 +30,17 @@ EMBEDDED_PROVIDER = "local"
 AMBIENT_CREDENTIALS = frozenset({"bedrock", "sagemaker", "azure", "azure_ai", "vertex_ai"})
 
 
-def _litellm() -> Any:
-    from eval.plumbing.litellm_setup import litellm
-
-    return litellm
-
-
 def is_custom_provider(provider: str) -> bool:
     """A provider registered with litellm as custom (``local``: the embedded models')."""
     return provider == EMBEDDED_PROVIDER or any(
-        entry["provider"] == provider for entry in _litellm().custom_provider_map
+        entry["provider"] == provider for entry in load_litellm().custom_provider_map
     )
 
 
 def provider_of(model: str) -> str | None:
     """litellm's provider for ``model``; None for a model litellm does not know."""
     try:
-        return _litellm().get_llm_provider(model)[1]
+        return load_litellm().get_llm_provider(model)[1]
     except Exception:  # an unknown model; the caller's own checks report it
         return None
 
@@ -55,7 +50,7 @@ def missing_key_variables(model: str) -> list[str]:
     provider = provider_of(model)
     if provider is None or is_custom_provider(provider) or provider in AMBIENT_CREDENTIALS:
         return []
-    missing = _litellm().validate_environment(model=model)["missing_keys"]
+    missing = load_litellm().validate_environment(model=model)["missing_keys"]
     # litellm also reports *_API_BASE, *_API_VERSION, VERTEXAI_PROJECT, ...: not secrets
     return [name for name in missing if is_credential_name(name)]
 

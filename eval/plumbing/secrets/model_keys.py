@@ -11,8 +11,8 @@ here.
 from __future__ import annotations
 
 import os
-from typing import Any
 
+from eval.plumbing.lazy import load_litellm
 from eval.plumbing.secrets.api_keys import (
     AMBIENT_CREDENTIALS,
     is_custom_provider,
@@ -20,14 +20,6 @@ from eval.plumbing.secrets.api_keys import (
     provider_of,
 )
 from eval.plumbing.secrets.credentials import is_credential_name
-
-
-def _litellm() -> Any:
-    # on first use: importing litellm takes seconds, and a local model's checks need none of it
-    from eval.plumbing.litellm_setup import litellm
-
-    return litellm
-
 
 # The OpenAI SDK refuses to build a client without a key; litellm reports that as an
 # InternalServerError, which would otherwise be retried as a transient 5xx.
@@ -58,7 +50,7 @@ def key_variables(model: str) -> list[str]:
 
 def is_auth_error(exc: BaseException) -> bool:
     """A missing or rejected key, however litellm reports it."""
-    if isinstance(exc, _litellm().AuthenticationError):
+    if isinstance(exc, load_litellm().AuthenticationError):
         return True
     text = str(exc)
     return any(message in text for message in _MISSING_KEY_MESSAGES)
@@ -67,7 +59,7 @@ def is_auth_error(exc: BaseException) -> bool:
 def auth_error_message(model: str, exc: BaseException, sent_placeholder: bool) -> str:
     """One line for an auth failure, without the provider's text (it may quote the key)."""
     status = getattr(exc, "status_code", None)
-    if not isinstance(exc, _litellm().AuthenticationError):
+    if not isinstance(exc, load_litellm().AuthenticationError):
         why = "no API key"
     elif sent_placeholder:
         why = f"{status}: the server wants an API key"
