@@ -116,8 +116,11 @@ CASES = {
     "trace, no run folder": (
         "agents.trace", ["{d}/nowhere", "q1"], {}, "{d}/nowhere: no <task>/queries.jsonl here",
     ),
+    # --port 0: the refusal under test, whatever else holds the default port (a model server,
+    # a parallel test run)
     "serve, a hub task offline": (
-        "retrievers.serve", ["--dataset", "Biology"], OFFLINE, "cannot download R2MED/Biology",
+        "retrievers.serve", ["--dataset", "Biology", "--port", "0"], OFFLINE,
+        "cannot download R2MED/Biology",
     ),
 }  # fmt: skip
 
