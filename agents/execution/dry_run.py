@@ -161,7 +161,7 @@ async def _task(
     graph = plan.spec.build_graph(plan.agent_context(tp, stub, stub)) if calls_llm else None
     if graph is not None:
         agent.model = config.llm.model  # type: ignore[union-attr]
-    tally = dry.begin(plan.spec.worst_case_hook(), config.options)
+    tally = dry.begin(plan.spec.worst_case, config.options)
     lists = await _stage(agent, task_dir, tp, tally, graph and functools.partial(_invoke, graph),
                          lists, progress)  # fmt: skip
     stages = [agent]
@@ -174,7 +174,7 @@ async def _task(
         if spec.uses_llm:  # the others call no model (and may load one to build)
             stage.model = config.stage_llm(stage_config)[0]
             rerank = spec.build(plan.stage_context(tp, i, stage_config, lists)).rerank
-        tally = dry.begin(spec.worst_case_hook(), stage_config.options)
+        tally = dry.begin(spec.worst_case, stage_config.options)
         lists = await _stage(stage, task_dir / name if task_dir else None, tp, tally, rerank,
                              lists, progress)  # fmt: skip
     for stage in stages:

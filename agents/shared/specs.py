@@ -44,9 +44,6 @@ class AgentSpec:
     def build_graph(self, ctx: Any) -> Any:
         return self.builder(*self.bound, ctx)
 
-    def worst_case_hook(self) -> Callable[..., Any] | None:
-        return self.worst_case
-
 
 @dataclass(frozen=True)
 class StageSpec:
@@ -71,6 +68,3 @@ class StageSpec:
 
     def build(self, ctx: Any) -> Any:
         return self.builder(ctx)
-
-    def worst_case_hook(self) -> Callable[..., Any] | None:
-        return self.worst_case
