@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,12 @@ class Plan:
         return ctx
 
 
-def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
+def prepare(config: RunConfig, *, dry: Any = None, tasks: Sequence[Task] | None = None) -> Plan:
     """Everything the run of ``config`` needs, checked. With ``dry`` (an
     `agents.llm.dry.DryModel`) the clients answer from it and nothing is contacted or
-    created: no cache folder, no server asked for its template, no generations read."""
+    created: no cache folder, no server asked for its template, no generations read.
+    ``tasks``: tasks held in memory, run instead of ``config.dataset``'s (a corpus another
+    tool hands over: `agents.execution.pipeline`)."""
     check_first(config)
     if config.llm is not None:
         if dry is None:  # before the model checks, which import litellm (seconds)
@@ -111,7 +114,7 @@ def prepare(config: RunConfig, *, dry: Any = None) -> Plan:
     spec = AGENTS[config.agent]
     source = read_source_run(config) if config.source_run else None
     overrides = {name: Path(path) for name, path in config.prompt_files.items()}
-    tasks = load_tasks(config.dataset, cache_dir)
+    tasks = list(tasks) if tasks is not None else load_tasks(config.dataset, cache_dir)
     folders = task_folders(tasks)
     plans = [
         TaskPlan(task, folder, PromptBook(overrides, task.name), limited(task, config.limit),
