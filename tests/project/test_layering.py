@@ -10,8 +10,9 @@ in a circle, and never another module's private name (``from m import _x`` or ``
    generations, Ctrl-C)
 4. agents/graphs/, agents/rerank/ - one module per agent or stage
 5. agents/config/ - the typed run configuration, its flags, config.json, naming, the registry
-6. agents/execution/ - plan, the whole run, a task's queries, one query, dry run, Ray; and the
-   package face agents/__init__
+6. agents/execution/ - plan, the whole run, a task's queries, one query, a pipeline, dry run,
+   Ray; agents/integrations/ (MTEB, LangChain, LlamaIndex over a pipeline); and the package
+   face agents/__init__
 7. agents/commands/ - every command line; agents/run.py, sweep.py, trace.py and
    rerank/__main__.py are the two-line shims that keep ``python -m agents.run`` & co.
 
@@ -38,6 +39,7 @@ FLOORS = {  # the longest matching prefix decides; a folder is on one floor
     "agents.rerank": 4,
     "agents.config": 5,
     "agents.execution": 6,
+    "agents.integrations": 6,
     "agents": 6,
     "agents.commands": 7,
     "agents.run": 7,

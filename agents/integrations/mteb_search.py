@@ -1,0 +1,91 @@
+"""Any pipeline (an agent, its retriever, its rerank stages) behind MTEB's search protocol.
+
+``mteb.evaluate(MTEBSearch(config), tasks)`` runs ``config`` on MTEB's retrieval tasks:
+`index` takes the task's corpus as a `Task` held in memory (named as ours when the MTEB task
+is one of R2MED's, so the run gets R2MED's per-task prompts and dense instructions), and
+`search` ranks MTEB's queries through `agents.execution.pipeline.Pipeline`, the code a run
+uses. The config is a `RunConfig`, or a retriever spec alone (``"bm25"``, ``"dense:<model>"``:
+the ``none`` agent). MTEB protocol: ``mteb.models.models_protocols.SearchProtocol``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from agents.config.run_config import RunConfig
+from agents.execution.pipeline import Pipeline
+from agents.integrations.mteb_tasks import r2med_task_of
+from eval.datasets import Task
+from eval.plumbing.extras import import_extra
+from retrievers.config import RetrieverConfig
+
+
+class MTEBSearch:
+    """MTEB's ``SearchProtocol`` over a pipeline; one corpus indexed at a time."""
+
+    def __init__(self, config: RunConfig | RetrieverConfig | str, *, name: str | None = None):
+        import_extra("mteb", "mteb", "MTEBSearch")  # refused now, not at the first task
+        if not isinstance(config, RunConfig):
+            retriever = (
+                config if isinstance(config, RetrieverConfig) else RetrieverConfig(spec=config)
+            )
+            config = RunConfig(agent="none", retriever=retriever, llm=None)
+        self.config = config
+        self.name = name
+        self.pipeline: Pipeline | None = None
+
+    def index(
+        self,
+        corpus: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        encode_kwargs: Any = None,
+        num_proc: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # MTEB's corpus rows are {"id", "text", "title", "body"}: "text" is title and body joined
+        ids, texts = corpus["id"], corpus["text"]
+        name = r2med_task_of(task_metadata.name) or task_metadata.name
+        task = Task(name=name, corpus=dict(zip(ids, texts, strict=True)), queries={}, qrels={},
+                    path=Path(f"mteb/{task_metadata.name}/{hf_subset}/{hf_split}"))  # fmt: skip
+        self.pipeline = Pipeline.open(self.config, task=task)
+
+    def search(
+        self,
+        queries: Any,
+        *,
+        task_metadata: Any,
+        hf_split: str,
+        hf_subset: str,
+        top_k: int,
+        encode_kwargs: Any = None,
+        top_ranked: Any = None,
+        num_proc: int | None = None,
+        **kwargs: Any,
+    ) -> dict[str, dict[str, float]]:
+        if self.pipeline is None:
+            raise RuntimeError("MTEBSearch.search before index: MTEB indexes a corpus first")
+        if top_ranked is not None:
+            raise ValueError(f"{task_metadata.name}: a reranking task (top_ranked given); "
+                             "MTEBSearch ranks the whole corpus, as a run does")  # fmt: skip
+        texts = dict(zip(queries["id"], queries["text"], strict=True))
+        ranked = self.pipeline.search_many(texts, k=top_k)
+        return {qid: dict(ranking) for qid, ranking in ranked.items()}
+
+    @property
+    def mteb_model_meta(self) -> Any:
+        from mteb.models.model_meta import ModelMeta
+
+        run_name = self.name or _run_name(self.config)
+        return ModelMeta.create_empty({"name": f"r2med-agents/{run_name}", "revision": "local",
+                                       "framework": []})  # fmt: skip
+
+
+def _run_name(config: RunConfig) -> str:
+    from agents.config.run_config import default_run_name
+
+    return default_run_name(dataclasses.replace(config, dataset="mteb"))
