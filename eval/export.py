@@ -42,7 +42,7 @@ from eval.metrics import parse_metric
 from eval.plumbing.cli import command
 from eval.plumbing.extras import MissingExtra, import_extra
 from eval.plumbing.files import write_json, write_text
-from eval.runs import RunFolder, StageFolder, TaskFolder
+from eval.runs import NotARunFolder, RunFolder, StageFolder, TaskFolder
 from eval.task_summary import AGENT_STAGE
 from eval.trec import read_run, write_run
 
@@ -124,8 +124,10 @@ def export_run(
 
     A task's judgements are loaded from the data its task.json names (``cache_dir``: where an
     R2MED task is, as agents.run's) and must be the ones it was scored with (their
-    fingerprint). One-line ValueError (NotARunFolder: a FileNotFoundError) when the folder is
-    not a run folder, its data cannot be loaded or changed, or ``out_dir`` is inside it.
+    fingerprint). A task without metrics.json (unfinished) is left out and listed in the
+    manifest's ``unfinished``. One-line ValueError (NotARunFolder, a FileNotFoundError, when
+    the folder is not a run folder) when its data cannot be loaded or has changed, or when
+    ``out_dir`` is inside it.
     """
     folder = RunFolder(run_dir)
     config = folder.config()
@@ -135,12 +137,15 @@ def export_run(
     settings = config.get("eval") if isinstance(config.get("eval"), dict) else {}
     ties = settings.get("ties", "trec")
     missing = settings.get("missing", "zero")
-    if ties not in TIE_ORDERS or missing not in MISSING_POLICIES:
-        raise ValueError(f"{folder.config_path}: eval.ties {ties!r} / eval.missing {missing!r}")
+    for key, value, allowed in (("ties", ties, TIE_ORDERS), ("missing", missing, MISSING_POLICIES)):
+        if value not in allowed:
+            raise ValueError(f"{folder.config_path}: eval.{key} {value!r} is not one of {allowed}")
     exported: list[ExportedFile] = []
+    unfinished: list[str] = []
     for task in folder.tasks():
         summary = task.summary()
-        if summary is None:  # unfinished: no figures to compare with
+        if summary is None:  # no metrics.json: no figures to compare with
+            unfinished.append(task.name)
             continue
         qrels = _task_qrels(task, config, cache_dir)
         chain = task.stage_chain()
@@ -149,9 +154,7 @@ def export_run(
             # a summary written before "stages" existed holds only the final stage's
             figures = summary.stages.get(name) or (summary.metrics if stage is chain[-1] else {})
             where = Path(task.name) if name == AGENT_STAGE else Path(task.name, name)
-            exported.append(
-                _export_stage(stage, qrels, out, where, ties, missing, name, figures)
-            )
+            exported.append(_export_stage(stage, qrels, out, where, ties, missing, name, figures))
     manifest = {
         "run": str(folder.path.resolve()),
         "ties": ties,
@@ -159,6 +162,7 @@ def export_run(
         "ranx": "ranx.evaluate(Qrels.from_file(qrels), Run.from_file(run), names, "
         "make_comparable=True): unranked queries count 0, as in our means",
         "files": [f.to_dict() for f in exported],
+        "unfinished": unfinished,
     }
     write_json(out / MANIFEST_FILE, manifest)
     return exported
@@ -178,9 +182,7 @@ def _export_stage(
     if missing == "present":  # the means are over the queries the stage ranked
         qrels = {q: docs for q, docs in qrels.items() if q in ranked}
     run = explicit_order({q: docs for q, docs in ranked.items() if q in qrels}, ties)
-    moved = sum(
-        1 for q, docs in run.items() for d, s in docs.items() if s != ranked[q][d]
-    )
+    moved = sum(1 for q, docs in run.items() for d, s in docs.items() if s != ranked[q][d])
     write_run(run, out / where / RUN_FILE, tag=TAG, depth=None)
     write_text(
         out / where / QRELS_FILE,
@@ -221,9 +223,7 @@ def _task_qrels(
     limit = config.get("limit")
     queries = list(data.queries)[:limit] if limit else list(data.queries)
     return {
-        q: {d: max(int(g), 0) for d, g in data.qrels[q].items()}
-        for q in queries
-        if q in data.qrels
+        q: {d: max(int(g), 0) for d, g in data.qrels[q].items()} for q in queries if q in data.qrels
     }
 
 
@@ -260,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(exit status 1 if one differs at 5 decimals); needs r2med-agents[ir-measures]",
     )
     args = parser.parse_args(argv)
-    return command(lambda: _export(args), refusals=(MissingExtra,))
+    return command(lambda: _export(args), refusals=(MissingExtra, NotARunFolder))
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -11,10 +11,13 @@ the ``none`` agent). MTEB protocol: ``mteb.models.models_protocols.SearchProtoco
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
-from agents.config.run_config import RunConfig
+from agents.config.binding import binding
+from agents.config.run_config import RunConfig, default_run_name
 from agents.execution.pipeline import Pipeline
 from agents.integrations.mteb_tasks import r2med_task_of
 from eval.datasets import Task
@@ -25,13 +28,22 @@ from retrievers.config import RetrieverConfig
 class MTEBSearch:
     """MTEB's ``SearchProtocol`` over a pipeline; one corpus indexed at a time."""
 
-    def __init__(self, config: RunConfig | RetrieverConfig | str, *, name: str | None = None):
+    def __init__(
+        self,
+        config: RunConfig | RetrieverConfig | str,
+        *,
+        name: str | None = None,
+        cache_dir: str | None = None,
+    ):
+        """``config``: a run's, or a retriever alone (searched by the ``none`` agent, its
+        caches in ``cache_dir``). ``name``: the model's name in MTEB's results (default: the
+        name a run of the config gets)."""
         import_extra("mteb", "mteb", "MTEBSearch")  # refused now, not at the first task
         if not isinstance(config, RunConfig):
             retriever = (
                 config if isinstance(config, RetrieverConfig) else RetrieverConfig(spec=config)
             )
-            config = RunConfig(agent="none", retriever=retriever, llm=None)
+            config = RunConfig(agent="none", retriever=retriever, llm=None, cache_dir=cache_dir)
         self.config = config
         self.name = name
         self.pipeline: Pipeline | None = None
@@ -80,12 +92,12 @@ class MTEBSearch:
     def mteb_model_meta(self) -> Any:
         from mteb.models.model_meta import ModelMeta
 
-        run_name = self.name or _run_name(self.config)
-        return ModelMeta.create_empty({"name": f"r2med-agents/{run_name}", "revision": "local",
-                                       "framework": []})  # fmt: skip
-
-
-def _run_name(config: RunConfig) -> str:
-    from agents.config.run_config import default_run_name
-
-    return default_run_name(dataclasses.replace(config, dataset="mteb"))
+        # MTEB keeps results by model name and revision: the name a run of the config gets
+        # (on dataset "mteb"), the revision a digest of everything that decides its output
+        config = dataclasses.replace(self.config, dataset="mteb")
+        digest = hashlib.sha256(json.dumps(binding(config), sort_keys=True, default=str).encode())
+        return ModelMeta.create_empty({
+            "name": f"r2med-agents/{self.name or default_run_name(config)}",
+            "revision": digest.hexdigest()[:12],
+            "framework": [],
+        })  # fmt: skip

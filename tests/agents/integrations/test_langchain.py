@@ -98,31 +98,29 @@ def test_k_is_capped_by_the_runs_depth_and_must_be_positive(tmp_path: Path):
         as_langchain_retriever(shallow, k=0)
 
 
-PASSAGES = 0
-
-
 def passage(messages: list[dict], params: dict) -> str:
-    global PASSAGES
-    PASSAGES += 1
     return PASSAGE
 
 
 @pytest.fixture
-def hyde(tmp_path: Path) -> Pipeline:
-    scripted.install(passage)
+def provider() -> scripted.ScriptedProvider:
+    return scripted.install(passage)
+
+
+@pytest.fixture
+def hyde(provider: scripted.ScriptedProvider, tmp_path: Path) -> Pipeline:
     config = from_settings({"agent": "hyde", "dataset": "demo", "model": "scripted/lc",
                             "concurrency": 1, "cache_dir": str(tmp_path / "cache")})  # fmt: skip
     return Pipeline.open(config)
 
 
-def test_an_agent_pipelines_documents_are_its_ranking(hyde: Pipeline, bm25: Pipeline):
-    before = PASSAGES
+def test_an_agent_pipelines_documents_are_its_ranking(hyde: Pipeline, provider, bm25: Pipeline):
     retriever = as_langchain_retriever(hyde, k=5)
     docs = retriever.invoke("asparagus urine smell")
-    assert PASSAGES == before + 1  # hyde wrote a passage, which was searched
+    assert provider.calls == 1  # hyde wrote a passage, which was searched
     assert got(docs) == expected(hyde, "asparagus urine smell", 5)
     assert got(asyncio.run(retriever.ainvoke("asparagus urine smell"))) == got(docs)
-    assert PASSAGES == before + 1  # the same query again: the LLM cache answers
+    assert provider.calls == 1  # the same query again: the LLM cache answers
     # hyde searched its passage, not the query: bm25 on the query ranks otherwise
     assert [d.id for d in docs] != [d for d, _ in bm25.search("asparagus urine smell", 5)]
     assert docs[0].id == bm25.search(PASSAGE, 1)[0][0]
