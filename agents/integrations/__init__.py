@@ -22,6 +22,9 @@ __all__, __getattr__, __dir__ = lazy_face(
     globals(),
     {
         "agents.execution.pipeline": ("Pipeline", "QueryFailed"),
+        "agents.integrations.mteb_encoder": ("mteb_encoder", "MTEBEncoder"),
+        "agents.integrations.mteb_search": ("MTEBSearch",),
+        "agents.integrations.mteb_tasks": ("local_retrieval_task", "r2med_task_of"),
         "agents.integrations.langchain": ("as_langchain_retriever",),
         "agents.integrations.llamaindex": ("as_llamaindex_retriever",),
     },

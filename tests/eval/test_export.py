@@ -96,10 +96,11 @@ def runs(tmp_path_factory, bm25_runs, synthetic_dir) -> dict[str, Path]:
     }.items():
         (task / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
     scripted.install(_respond)
-    for missing in ("zero", "present"):
+    # present: also ties by doc id ascending, and the first 5 queries only (q6 left out)
+    for missing, more in (("zero", []), ("present", ["--ties", "ascending", "--limit", "5"])):
         argv = ["--agent", "hyde", "--dataset", str(task), "--model", "scripted/test",
                 "--rerank", "llm-listwise,depth=3", "--missing", missing,
-                "--run-name", f"toy-{missing}", *common]  # fmt: skip
+                "--run-name", f"toy-{missing}", *more, *common]  # fmt: skip
         assert _quiet(lambda argv=argv: run_main(argv)) == 1  # q5 failed
     return {
         "demo": root / "runs" / "demo",
@@ -133,11 +134,12 @@ def test_the_export_holds_every_stage_and_what_was_scored(runs, exported):
     present = {f.stage: f for f in exported["toy-present"][1]}
     # zero: the 5 judged queries (the grade-0-only q6 included); failed q5 and empty q4 unranked
     assert (zero["agent"].queries, zero["agent"].unranked) == (6, 2)
-    # present: only the queries the stage ranked are in its qrels file
-    assert (present["agent"].queries, present["agent"].unranked) == (4, 0)
+    # present: only the queries the stage ranked are in its qrels file (of the first 5)
+    assert (present["agent"].queries, present["agent"].unranked) == (3, 0)
     qrels = (exported["toy-present"][0] / present["agent"].qrels).read_text().split("\n")
-    assert {line.split()[0] for line in qrels if line} == {"q1", "q2", "q3", "q6"}
+    assert {line.split()[0] for line in qrels if line} == {"q1", "q2", "q3"}
     assert zero["agent"].moved > 0  # the twins' tie, made explicit
+    assert present["agent"].moved == 0  # ties=ascending wrote scores strictly decreasing
     manifest = json.loads((exported["toy-zero"][0] / MANIFEST_FILE).read_text())
     first = manifest["files"][0]
     assert first["figures"][1] == {"ours": "NDCG@10", "value": zero["agent"].figures["NDCG@10"],
