@@ -18,8 +18,14 @@ import numpy as np
 
 from agents.integrations.mteb_tasks import r2med_task_of
 from eval.plumbing.extras import import_extra
-from retrievers.dense import EncoderSettings, LoadedEncoder, load_encoder, resolve_instructions
-from retrievers.families import Instructions
+from retrievers.dense import (
+    EncoderSettings,
+    LoadedEncoder,
+    load_encoder,
+    resolve_instructions,
+    resolve_model,
+)
+from retrievers.families import Instructions, family_for
 
 
 class MTEBEncoder:
@@ -93,6 +99,9 @@ def mteb_encoder(
     with the same ``dense.*`` settings, as an MTEB encoder. ``instructions``: ``r2med`` (the
     family's, per R2MED task) or ``none``."""
     import_extra("mteb", "mteb", "mteb_encoder")
+    if family_for(resolve_model(model)[0], family).is_api:  # no weights here to encode with
+        raise ValueError(f"mteb_encoder({model!r}): an API embedder; search with it through "
+                         f"MTEBSearch('api:{model}')")  # fmt: skip
     settings = EncoderSettings(model=model, dtype=dtype, max_length=max_length, device=device,
                                family=family, trust_remote_code=trust_remote_code)  # fmt: skip
     if batch_size is not None:

@@ -161,6 +161,7 @@ def test_every_exported_name_resolves_and_none_is_shadowed_by_a_module():
 
     # the command line's module: the package's run_dataset is still a call
     import agents.commands.run
+    import agents.integrations
     import agents.llm
     import eval
     import eval.compare
@@ -168,7 +169,7 @@ def test_every_exported_name_resolves_and_none_is_shadowed_by_a_module():
     import retrievers
     from agents.execution.whole_run import run_dataset
 
-    for package in (agents, eval, retrievers, agents.llm, eval.compare):
+    for package in (agents, eval, retrievers, agents.llm, eval.compare, agents.integrations):
         for name in package.__all__:
             assert getattr(package, name) is not None, f"{package.__name__}.{name}"
             assert name in dir(package)
@@ -180,12 +181,13 @@ def test_every_exported_name_resolves_and_none_is_shadowed_by_a_module():
 def test_a_face_name_is_the_name_where_it_is_defined():
     """No name changes at a face: a class or function is exported under its own name."""
     import agents
+    import agents.integrations
     import agents.llm
     import eval
     import eval.compare
     import retrievers
 
-    for package in (agents, eval, retrievers, agents.llm, eval.compare):
+    for package in (agents, eval, retrievers, agents.llm, eval.compare, agents.integrations):
         for name in package.__all__:
             value = getattr(package, name)
             if callable(value) and hasattr(value, "__name__"):
@@ -197,10 +199,11 @@ def test_a_face_name_is_the_name_where_it_is_defined():
 def test_docs_python_md_lists_each_face_as_it_is():
     """docs/python.md's table of public names is each package's ``__all__``, in order."""
     import agents
+    import agents.integrations
     import eval
     import retrievers
 
     text = (REPO / "docs" / "python.md").read_text()
-    for package in (agents, retrievers, eval):
+    for package in (agents, retrievers, eval, agents.integrations):
         [row] = [line for line in text.splitlines() if line.startswith(f"| `{package.__name__}` |")]
         assert re.findall(r"`(\w+)`", row.split("|")[2]) == package.__all__, package.__name__

@@ -267,6 +267,24 @@ def test_an_agent_through_mtebs_search_protocol_ranks_as_its_run(tmp_path):
     assert other.mteb_model_meta.revision != meta.revision  # revision, from the run's binding
 
 
+def test_what_the_adapters_refuse_is_one_line():
+    with pytest.raises(ValueError, match=r"an API embedder; .*MTEBSearch\('api:text-emb"):
+        mteb_encoder("text-embedding-3-large", progress=False)
+    search = MTEBSearch("bm25")
+    task = local_retrieval_task("demo")
+    task.load_data()
+    task.convert_v1_dataset_format_to_v2(num_proc=None)
+    split = task.dataset["default"]["test"]
+    where = {"task_metadata": task.metadata, "hf_split": "test", "hf_subset": "default"}
+    with pytest.raises(RuntimeError, match="search before index"):
+        search.search(split["queries"], top_k=10, **where)
+    search.index(split["corpus"], **where)
+    with pytest.raises(ValueError, match="a reranking task"):
+        search.search(split["queries"], top_k=10, top_ranked={"q01": ["d001"]}, **where)
+    found = search.search(split["queries"], top_k=1000, **where)
+    assert {len(ranking) for ranking in found.values()} == {100}  # the run's depth, not 1000
+
+
 def test_mteb_missing_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mteb", None)
     for call in (lambda: MTEBSearch("bm25"), lambda: mteb_encoder("x"),
