@@ -12,6 +12,8 @@
   (`eval.evaluate`).
 * `compare_runs(paths, ...) -> Comparison`: run folders side by side (`eval.compare`).
 * `read_run(path)` / `write_run`: TREC run files (`eval.trec`).
+* `export_run(run_dir, out_dir)`: a run folder as ranx and ir-measures read it (`eval.export`,
+  ``python -m eval.export``; docs/integrations.md).
 * `RunFolder(path)`: a run folder, read and written (`eval.runs`); a task's summary is a
   `TaskSummary` (`eval.task_summary`), a query's record a `QueryRecord` (`eval.records`).
 
@@ -30,6 +32,7 @@ __all__, __getattr__, __dir__ = lazy_face(
         "eval.evaluate": ("evaluate_run", "Evaluation"),
         "eval.compare.comparison": ("compare_runs",),
         "eval.trec": ("read_run", "write_run"),
+        "eval.export": ("export_run",),
         "eval.runs": ("RunFolder",),
         "eval.task_summary": ("TaskSummary",),
         "eval.records": ("QueryRecord",),

@@ -85,18 +85,25 @@ def strictly_decreasing(run: Mapping[str, Mapping[str, float]], ties: TieOrder =
         if ties == "trec":
             out[qid] = dict(_trec_order(qid, docs))
             continue
-        ranked = sorted(((float(s), d) for d, s in docs.items()), key=lambda t: (-t[0], t[1]))
-        fixed: dict[str, float] = {}
-        previous = np.float32(np.inf)
-        for score, doc_id in ranked:
-            as_seen = _float32(qid, doc_id, score)
-            if as_seen >= previous:
-                as_seen = np.nextafter(previous, np.float32(-np.inf))
-                score = float(as_seen)
-            fixed[doc_id] = score
-            previous = as_seen
-        out[qid] = fixed
+        ranked = sorted(((d, float(s)) for d, s in docs.items()), key=lambda t: (-t[1], t[0]))
+        out[qid] = made_explicit(qid, ranked)
     return out
+
+
+def made_explicit(qid: str, ranked: Iterable[tuple[str, float]]) -> dict[str, float]:
+    """``ranked`` (doc id, score), in rank order, with every score that is not strictly below
+    the one before it in float32 set to the next float32 below that one (``np.nextafter``):
+    the order every tool that ranks by score sees, whatever its tie rule or float width."""
+    fixed: dict[str, float] = {}
+    previous = np.float32(np.inf)
+    for doc_id, score in ranked:
+        as_seen = _float32(qid, doc_id, score)
+        if as_seen >= previous:
+            as_seen = np.nextafter(previous, np.float32(-np.inf))
+            score = float(as_seen)
+        fixed[doc_id] = float(score)
+        previous = as_seen
+    return fixed
 
 
 def _trec_order(qid: str, docs: Mapping[str, float]) -> list[tuple[str, float]]:

@@ -35,9 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from eval.evaluate import MISSING_POLICIES, TIE_ORDERS, Run, TieOrder, strictly_decreasing
+from eval.evaluate import (
+    MISSING_POLICIES,
+    TIE_ORDERS,
+    Run,
+    TieOrder,
+    made_explicit,
+    strictly_decreasing,
+)
 from eval.metrics import parse_metric
 from eval.plumbing.cli import command
 from eval.plumbing.extras import MissingExtra, import_extra
@@ -66,24 +71,11 @@ def measure_names(metric: str) -> tuple[str, str]:
 
 
 def explicit_order(run: Mapping[str, Mapping[str, float]], ties: TieOrder = "trec") -> Run:
-    """``run`` in our evaluator's rank order (`eval.evaluate.strictly_decreasing`), scores
-    strictly decreasing in float32: a score not below the one before it becomes the next
-    float32 below that one. The ranking is unchanged; only tied scores (in float32, what
-    trec_eval compares) move, by the smallest step trec_eval sees, so every tool that ranks by
-    score ranks as we did, whatever its tie rule or float width."""
-    out: Run = {}
-    for qid, docs in strictly_decreasing(run, ties).items():
-        fixed: dict[str, float] = {}
-        previous: np.float32 | None = None
-        for doc_id, score in docs.items():
-            seen = np.float32(score)
-            if previous is not None and seen >= previous:
-                seen = np.nextafter(previous, np.float32(-np.inf))
-                score = float(seen)
-            fixed[doc_id] = score
-            previous = seen
-        out[qid] = fixed
-    return out
+    """``run`` in our evaluator's rank order (`eval.evaluate.strictly_decreasing`), its scores
+    strictly decreasing in float32 (`eval.evaluate.made_explicit`). The ranking is unchanged;
+    only tied scores (in float32, what trec_eval compares) move, by the smallest step trec_eval
+    sees, so every tool that ranks by score ranks as we did."""
+    return {q: made_explicit(q, docs.items()) for q, docs in strictly_decreasing(run, ties).items()}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import functools
 from typing import Any
 
 from agents.execution.pipeline import Pipeline, Ranking
+from agents.integrations.documents import ranked
 from eval.plumbing.extras import import_extra
 
 FEATURE = "as_langchain_retriever"
@@ -79,15 +80,3 @@ def langchain_retriever_class() -> type:
             ]
 
     return PipelineRetriever
-
-
-def ranked(pipeline: Pipeline, ranking: Ranking) -> list[tuple[str, str, dict[str, Any]]]:
-    """(doc id, corpus text, metadata) for each ranked document, best first: what either
-    tool's document type carries (agents.integrations.llamaindex builds its nodes from it)."""
-    corpus = pipeline.corpus
-    task = pipeline.task_plan.task.name
-    return [
-        (doc_id, corpus[doc_id],
-         {"id": doc_id, "score": score, "rank": rank, "task": task, "pipeline": pipeline.name})
-        for rank, (doc_id, score) in enumerate(ranking, 1)
-    ]  # fmt: skip

@@ -17,7 +17,7 @@ import functools
 from typing import Any
 
 from agents.execution.pipeline import Pipeline
-from agents.integrations.langchain import ranked
+from agents.integrations.documents import ranked
 from eval.plumbing.extras import import_extra
 
 FEATURE = "as_llamaindex_retriever"

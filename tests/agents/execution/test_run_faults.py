@@ -457,6 +457,7 @@ def _terminate_self() -> int:
         ("agents.commands.rerank", ["some-run", "--rerank", "llm-listwise"], "_rerank"),
         ("agents.commands.sweep", ["sweep.toml"], "load_sweep"),
         ("eval.score", ["--qrels", "qrels.tsv", "run.trec"], "_score"),
+        ("eval.export", ["some-run", "--out", "exported"], "_export"),
     ],
 )
 def test_every_entry_point_takes_sigterm_as_ctrl_c(module, argv, body, monkeypatch, capsys):
