@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import sys
 import threading
+import time
+import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -194,3 +200,29 @@ def chat(
         "id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice],
         "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
     }).encode()  # fmt: skip
+
+
+def serve_llama_cpp(model_file: Path, alias: str, log: Path, *flags: str) -> Iterator[str]:
+    """llama_cpp.server on a free loopback port, its base URL yielded; stopped when the caller
+    is done (a fixture's ``yield from``)."""
+    with socket.socket() as s:  # another process may take it first: then the start fails loudly
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_file),
+           "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
+           "--verbose", "False", *flags]  # fmt: skip
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"llama_cpp.server did not start:\n{log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        stop_process(proc)

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,7 @@ from agents.integrations import Pipeline, QueryFailed, as_llamaindex_retriever
 from agents.integrations.llamaindex import llamaindex_retriever_class
 from agents.llm import scripted
 from eval.plumbing.extras import MissingExtra
-from tests.helpers import stop_process
+from tests.helpers import serve_llama_cpp
 
 REPO = Path(__file__).resolve().parents[3]
 QUERY = "Why do fingertips wrinkle in water?"
@@ -135,7 +132,6 @@ def test_importing_the_adapter_imports_no_llamaindex():
 # --- a query engine with a real LLM ------------------------------------------------------------
 
 MODEL = "qwen2.5-coder-0.5b"
-STARTUP_S = 60.0
 
 
 @pytest.fixture
@@ -143,29 +139,8 @@ def server(tmp_path: Path, models_cache: Path) -> Iterator[str]:
     """The embedded model behind llama_cpp.server on a free loopback port, stopped after."""
     from agents.llm.embedded.weights import model_file
 
-    with socket.socket() as s:  # another process may take it first: then the start fails loudly
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    gguf = model_file(MODEL, models_cache)
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-           "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-           "--verbose", "False"]  # fmt: skip
-    log = tmp_path / "server.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"llama_cpp.server did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        stop_process(proc)
+    yield from serve_llama_cpp(model_file(MODEL, models_cache), MODEL, tmp_path / "server.log",
+                               "--n_ctx", "4096")  # fmt: skip
 
 
 def served_llm(url: str) -> Any:

@@ -8,51 +8,20 @@ block runs against it, and what the block produced is checked against `Pipeline.
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import stop_process
+from tests.helpers import serve_llama_cpp
 
 REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "integrations.md"
 MODEL = "qwen2.5-coder-0.5b"
-STARTUP_S = 60.0
 
 
 def doc_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.DOTALL | re.MULTILINE)
-
-
-def serve(model_file: Path, log: Path, *flags: str) -> Iterator[str]:
-    """llama_cpp.server on a free loopback port, stopped when the caller is done."""
-    with socket.socket() as s:  # another process may take it first: then the start fails loudly
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_file),
-           "--model_alias", MODEL, "--host", "127.0.0.1", "--port", str(port),
-           "--verbose", "False", *flags]  # fmt: skip
-    with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"llama_cpp.server did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        stop_process(proc)
 
 
 @pytest.fixture
@@ -61,8 +30,8 @@ def server(tmp_path: Path, models_cache: Path, monkeypatch) -> Iterator[str]:
 
     monkeypatch.setenv("R2MED_AGENTS_CACHE", str(models_cache))  # the block's default cache
     gguf = model_file(MODEL, models_cache)
-    yield from serve(gguf, tmp_path / "server.log", "--n_ctx", "4096",
-                     "--chat_format", "chatml-function-calling")  # fmt: skip
+    yield from serve_llama_cpp(gguf, MODEL, tmp_path / "server.log", "--n_ctx", "4096",
+                               "--chat_format", "chatml-function-calling")  # fmt: skip
 
 
 @pytest.mark.slow
