@@ -21,6 +21,7 @@ from agents.config.run_config import RunConfig, default_run_name
 from agents.execution.pipeline import Pipeline
 from agents.integrations.mteb_tasks import r2med_task_of
 from eval.datasets import Task
+from eval.export import explicit_order
 from eval.plumbing.extras import import_extra
 from retrievers.config import RetrieverConfig
 
@@ -86,7 +87,11 @@ class MTEBSearch:
                              "MTEBSearch ranks the whole corpus, as a run does")  # fmt: skip
         texts = dict(zip(queries["id"], queries["text"], strict=True))
         ranked = self.pipeline.search_many(texts, k=top_k)
-        return {qid: dict(ranking) for qid, ranking in ranked.items()}
+        # MTEB re-sorts by score (pytrec_eval: ties by doc id descending): equal scores are
+        # made explicit in the order the run's evaluator ranks them (eval.ties), so MTEB ranks
+        # as our figures do under either tie order
+        ties = self.pipeline.config.eval.ties
+        return explicit_order({qid: dict(ranking) for qid, ranking in ranked.items()}, ties)
 
     @property
     def mteb_model_meta(self) -> Any:

@@ -215,6 +215,32 @@ def test_identical_ids_are_dropped_by_r2meds_rule_and_kept_by_mteb(tmp_path):
     assert round(task.summary.metrics["NDCG@10"], 5) == theirs["ndcg_at_10"] == 1.0
 
 
+def test_ties_rank_as_the_runs_evaluator_ranks_them(tmp_path):
+    """Two documents with the same text tie under BM25. pytrec_eval (ours under the default
+    ``eval.ties=trec``, and MTEB's) puts the larger doc id first; under ``eval.ties=ascending``
+    ours puts the smaller first. `MTEBSearch` hands MTEB the scores made explicit in the run's
+    order, so MTEB's figure is the run's under either order; MTEB's own search (an encoder's)
+    always ranks ties as pytrec_eval does."""
+    from agents.config.run_config import EvalConfig
+
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    docs = {"d1": "statins lower cholesterol", "d2": "statins lower cholesterol",
+            "d3": "the heart pumps blood"}  # fmt: skip
+    (folder / "corpus.jsonl").write_text("".join(
+        json.dumps({"id": d, "text": t}) + "\n" for d, t in docs.items()))  # fmt: skip
+    (folder / "query.jsonl").write_text('{"id": "q1", "text": "do statins lower cholesterol"}\n')
+    (folder / "qrels.jsonl").write_text('{"q_id": "q1", "p_id": "d1", "score": 1}\n')
+    task = local_retrieval_task(folder)
+    trec = our_run(tmp_path / "trec", folder, "bm25")
+    ascending = our_run(tmp_path / "asc", folder, "bm25", eval=EvalConfig(ties="ascending"))
+    assert trec["MRR@10"] == 0.5 and ascending["MRR@10"] == 1.0  # d2 first, then d1 first
+    for ours, ties in ((trec, "trec"), (ascending, "ascending")):
+        config = RunConfig(agent="none", retriever=RetrieverConfig(spec="bm25"), llm=None,
+                           eval=EvalConfig(ties=ties))  # fmt: skip
+        assert_same_figures(ours, mteb_scores(MTEBSearch(config), task))
+
+
 def test_a_query_without_a_ranking_counts_zero_in_both(tmp_path):
     """A query BM25 finds nothing for has no ranking. Our evaluator counts it as 0
     (``eval.missing``, default ``zero``). MTEB averages over the queries pytrec_eval returns,
