@@ -68,14 +68,14 @@ def bge_tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def demo_slice(tmp_path_factory) -> Path:
-    """The demo's 15 queries over their relevant documents and 45 others (R2MED layout): a
+    """The demo's 15 queries over their 45 relevant documents and 15 others (R2MED layout): a
     real model encodes it in seconds. A random tiny model is no use here: its vectors are
     near-equal, so float rounding alone reorders them."""
     from eval import default_cache_dir, load_task
 
     demo = load_task("demo", default_cache_dir())
     relevant = {d for judged in demo.qrels.values() for d in judged}
-    others = [d for d in demo.corpus if d not in relevant][:45]
+    others = [d for d in demo.corpus if d not in relevant][:15]
     keep = [d for d in demo.corpus if d in relevant or d in others]
     folder = tmp_path_factory.mktemp("data") / "demo-slice"
     folder.mkdir()
