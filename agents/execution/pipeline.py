@@ -27,7 +27,7 @@ from agents.execution.loop import run_sync
 from agents.execution.one_query import TEXT_QUERY_ID
 from agents.execution.plan import Plan, RunError, TaskPlan, prepare
 from agents.execution.task_queries import run_one
-from agents.execution.whole_run import agent_graph, stage_graph, warn_unsent
+from agents.execution.whole_run import agent_graph, query_concurrency, stage_graph, warn_unsent
 from eval.datasets import Task
 from eval.plumbing.progress import progress_bar
 from retrievers.config import RetrieverConfig
@@ -69,15 +69,12 @@ class Pipeline:
         *,
         dataset: str = "demo",
         task: Task | None = None,
-        depth: int = 100,
+        depth: int | None = None,
         cache_dir: str | None = None,
     ) -> Pipeline:
         """A retriever spec alone (``"bm25"``, ``"dense:<model>"``, ``"bm25+dense"``, ...): the
         ``none`` agent, which sends the raw query to it; no LLM is called."""
-        retriever = spec if isinstance(spec, RetrieverConfig) else RetrieverConfig(spec=spec)
-        config = RunConfig(agent="none", dataset=dataset, retriever=retriever, llm=None,
-                           cache_dir=cache_dir)  # fmt: skip
-        config = dataclasses.replace(config, eval=dataclasses.replace(config.eval, depth=depth))
+        config = retriever_run(spec, dataset=dataset, depth=depth, cache_dir=cache_dir)
         return cls.open(config, task=task)
 
     @property
@@ -101,10 +98,11 @@ class Pipeline:
     async def asearch(self, query: str, k: int | None = None) -> Ranking:
         if not isinstance(query, str) or not query.strip():
             raise RunError(f"query: an empty query ({query!r})")
+        check_k(k)
         [(ranking, error)] = (await self._rank({TEXT_QUERY_ID: query}, progress=False)).values()
         if error:
             raise QueryFailed(f"query {query[:60]!r}: {error}")
-        return ranking[:k] if k is not None else ranking
+        return ranking[:k]
 
     def search_many(
         self, queries: Mapping[str, str], k: int | None = None, progress: bool = True
@@ -117,12 +115,13 @@ class Pipeline:
     async def asearch_many(
         self, queries: Mapping[str, str], k: int | None = None, progress: bool = True
     ) -> dict[str, Ranking]:
+        check_k(k)
         ranked = await self._rank(dict(queries), progress)
         out = {}
         for qid, (ranking, error) in ranked.items():
             if error:
                 log.warning("query %s failed: %s", qid, error)
-            out[qid] = ranking[:k] if k is not None else ranking
+            out[qid] = ranking[:k]
         return out
 
     async def _rank(
@@ -131,22 +130,42 @@ class Pipeline:
         plan, tp = self.plan, self.task_plan
         if self._graph is None:  # the retriever is built (or read from its cache) once
             self._graph, _ = agent_graph(plan, tp, progress)
+        concurrency = query_concurrency(plan.config)
         label = f"{tp.task.name} [{plan.config.agent}]"
-        records = await _run_all(self._graph, queries, self._concurrency, progress, label)
+        records = await _run_all(self._graph, queries, concurrency, progress, label)
         for i, stage_config in enumerate(plan.config.rerank, 1):
             graph = stage_graph(plan, tp, i, stage_config, records)
+            label = f"{tp.task.name} [{stage_config.kind}]"
             reranked = await _run_all(graph, {q: queries[q] for q in graph.rankings},
-                                      self._concurrency, progress,
-                                      f"{tp.task.name} [{stage_config.kind}]")  # fmt: skip
+                                      concurrency, progress, label)  # fmt: skip
             records = {**records, **reranked}
         return {
             qid: ([(doc, score) for doc, score in r["ranking"]], r["error"])
             for qid, r in records.items()
         }
 
-    @property
-    def _concurrency(self) -> int:
-        return self.plan.config.llm.concurrency if self.plan.config.llm else 4
+
+def retriever_run(
+    spec: str | RetrieverConfig,
+    *,
+    dataset: str = "demo",
+    depth: int | None = None,
+    cache_dir: str | None = None,
+) -> RunConfig:
+    """The run of a retriever alone: the ``none`` agent, no LLM; ``depth`` the documents kept
+    per query (the run's default without)."""
+    retriever = spec if isinstance(spec, RetrieverConfig) else RetrieverConfig(spec=spec)
+    config = RunConfig(agent="none", dataset=dataset, retriever=retriever, llm=None,
+                       cache_dir=cache_dir)  # fmt: skip
+    if depth is None:
+        return config
+    return dataclasses.replace(config, eval=dataclasses.replace(config.eval, depth=depth))
+
+
+def check_k(k: int | None) -> None:
+    """``k``, the documents a search returns: a positive whole number, or None (all kept)."""
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise RunError(f"k: a positive number of documents, not {k!r}")
 
 
 async def _run_all(

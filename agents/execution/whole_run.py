@@ -328,7 +328,7 @@ async def run_task(
                        "fingerprint": fingerprint, "binding": binding(config)})  # fmt: skip
     started = time.perf_counter()
     qrels = {q: task.qrels[q] for q in queries if q in task.qrels}
-    concurrency = config.llm.concurrency if config.llm else 4
+    concurrency = query_concurrency(config)
     bm25 = None
     if tp.source_dir is not None:
         source_summary = _source_task(tp.source_dir, fingerprint)
@@ -430,6 +430,11 @@ async def run_task(
     )
     folder.write_summary(summary)  # last: with failed == 0 it marks the task done
     return TaskResult(task.name, out.name, summary, records)
+
+
+def query_concurrency(config: RunConfig) -> int:
+    """Queries in flight: the LLM's ``concurrency``, or 4 for a run that calls no model."""
+    return config.llm.concurrency if config.llm else 4
 
 
 def agent_graph(plan: Plan, tp: TaskPlan, progress: bool = True) -> tuple[Any, Retriever]:

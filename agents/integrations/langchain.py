@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from agents.execution.pipeline import Pipeline, Ranking
+from agents.execution.pipeline import Pipeline, Ranking, check_k
 from agents.integrations.documents import ranked
 from eval.plumbing.extras import import_extra
 
@@ -67,11 +67,8 @@ def langchain_retriever_class() -> type:
             return self._documents(await self.pipeline.asearch(query, self._k(k)))
 
         def _k(self, k: int | None) -> int:
-            if k is None:
-                return self.k
-            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-                raise ValueError(f"k: a positive number of documents, not {k!r}")
-            return k
+            check_k(k)
+            return self.k if k is None else k
 
         def _documents(self, ranking: Ranking) -> list[Document]:
             return [

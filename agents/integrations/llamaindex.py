@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from agents.execution.pipeline import Pipeline
+from agents.execution.pipeline import Pipeline, check_k
 from agents.integrations.documents import ranked
 from eval.plumbing.extras import import_extra
 
@@ -26,8 +26,7 @@ HIDDEN_FROM_LLM = ["score", "rank", "task", "pipeline"]
 
 def as_llamaindex_retriever(pipeline: Pipeline, k: int = 10) -> Any:
     """``pipeline`` as a LlamaIndex ``BaseRetriever`` returning its top ``k`` nodes."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k: a positive number of documents, not {k!r}")
+    check_k(k)
     return llamaindex_retriever_class()(pipeline, k)
 
 

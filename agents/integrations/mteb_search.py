@@ -18,7 +18,7 @@ from typing import Any
 
 from agents.config.binding import binding
 from agents.config.run_config import RunConfig, default_run_name
-from agents.execution.pipeline import Pipeline
+from agents.execution.pipeline import Pipeline, retriever_run
 from agents.integrations.mteb_tasks import r2med_task_of
 from eval.datasets import Task
 from eval.export import explicit_order
@@ -41,10 +41,7 @@ class MTEBSearch:
         name a run of the config gets)."""
         import_extra("mteb", "mteb", "MTEBSearch")  # refused now, not at the first task
         if not isinstance(config, RunConfig):
-            retriever = (
-                config if isinstance(config, RetrieverConfig) else RetrieverConfig(spec=config)
-            )
-            config = RunConfig(agent="none", retriever=retriever, llm=None, cache_dir=cache_dir)
+            config = retriever_run(config, cache_dir=cache_dir)
         self.config = config
         self.name = name
         self.pipeline: Pipeline | None = None

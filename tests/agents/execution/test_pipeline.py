@@ -3,7 +3,9 @@ ranks its own (agents/execution/pipeline.py), the integrations' one entry."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -61,10 +63,29 @@ def test_a_failed_query_raises_alone_and_is_an_empty_ranking_among_many(tmp_path
         "q1": [], "q2": []}  # fmt: skip
 
 
+def test_a_search_gives_the_same_in_a_script_a_running_loop_and_threads(tmp_path, toy_dir):
+    bm25 = Pipeline.retriever("bm25", dataset=str(toy_dir), cache_dir=str(tmp_path / "cache"))
+    alone = bm25.search("statins cholesterol")
+
+    async def notebook_cell():  # an event loop already runs, as in a Jupyter kernel
+        return bm25.search("statins cholesterol"), await bm25.asearch("statins cholesterol")
+
+    assert asyncio.run(notebook_cell()) == (alone, alone)
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(bm25.search, ["statins cholesterol"] * 4)) == [alone] * 4
+
+
 def test_what_a_pipeline_refuses_is_one_line(tmp_path, toy_dir):
     bm25 = Pipeline.retriever("bm25", dataset=str(toy_dir), cache_dir=str(tmp_path / "cache"))
     with pytest.raises(ValueError, match="an empty query"):
         bm25.search("  ")
+    for k in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match=f"k: a positive number of documents, not {k!r}"):
+            bm25.search("statins", k=k)
+        with pytest.raises(ValueError, match="k: a positive number of documents"):
+            bm25.search_many({"q": "statins"}, k=k, progress=False)
+    with pytest.raises(ValueError, match="depth"):
+        Pipeline.retriever("bm25", dataset=str(toy_dir), depth=0)
     two = dataclasses.replace(bm25.config, dataset=f"{toy_dir},demo")
     with pytest.raises(ValueError, match="names 2 tasks") as e:
         Pipeline.open(two)

@@ -17,6 +17,9 @@ REPO = Path(__file__).resolve().parents[3]
 LIBRARIES = ("mteb", "langchain_core", "llama_index", "ir_measures", "langgraph", "datasets")
 # every module an integration lives in: importing them all imports none of the libraries
 MODULES = (
+    "agents",
+    "retrievers",
+    "eval",
     "agents.integrations",
     "agents.integrations.mteb_tasks",
     "agents.integrations.mteb_search",

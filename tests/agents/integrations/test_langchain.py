@@ -9,7 +9,6 @@ the scripted model), awaited or not; and that without the extra the call is one 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 
@@ -150,13 +149,3 @@ def test_without_the_extra_the_call_is_one_line(bm25: Pipeline, monkeypatch):
         "as_langchain_retriever needs langchain_core, which is not installed: "
         "pip install 'r2med-agents[langchain]'"
     )
-
-
-def test_importing_the_adapter_imports_no_langchain():
-    code = (
-        "import sys, agents, retrievers, eval, agents.integrations, "
-        "agents.integrations.langchain\n"
-        "print([m for m in ('langchain_core', 'langgraph', 'llama_index') if m in sys.modules])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert done.stdout.strip() == "[]", done.stderr

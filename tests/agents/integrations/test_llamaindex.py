@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,16 +116,6 @@ def test_without_the_extra_the_call_is_one_line(bm25: Pipeline, monkeypatch):
         "as_llamaindex_retriever needs llama_index, which is not installed: "
         "pip install 'r2med-agents[llamaindex]'"
     )
-
-
-def test_importing_the_adapter_imports_no_llamaindex():
-    code = (
-        "import sys, agents, retrievers, eval, agents.integrations, "
-        "agents.integrations.llamaindex\n"
-        "print([m for m in ('langchain_core', 'langgraph', 'llama_index') if m in sys.modules])"
-    )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert done.stdout.strip() == "[]", done.stderr
 
 
 # --- a query engine with a real LLM ------------------------------------------------------------
